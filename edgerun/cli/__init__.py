@@ -1,0 +1,84 @@
+"""The ``edgerun`` command line: one module per command, thin wrappers over library functions.
+
+``main()`` is the only place that catches :class:`EdgerunError`: it prints one line to stderr
+(or a JSON object with ``--json``) and exits non-zero. Anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+from edgerun.errors import EdgerunError
+
+# Command modules, each defining ``register(app)``. Keep sorted.
+COMMANDS = ["bench", "check", "convert", "deploy", "devices", "flash", "inspect", "keygen",
+            "package", "run", "verify"]
+
+
+def build_app():
+    import typer
+
+    app = typer.Typer(name="edgerun", no_args_is_help=True, add_completion=False,
+                      pretty_exceptions_enable=False,
+                      help="Convert, run, package and deploy TFLite models to edge devices.")
+
+    @app.callback()
+    def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.")):
+        if version:
+            from edgerun import __version__
+            typer.echo(__version__)
+            raise typer.Exit()
+
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"edgerun.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"edgerun.cli.{name}":
+                continue  # command not built yet
+            raise
+        mod.register(app)
+    return app
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        app = build_app()
+    except ModuleNotFoundError as e:  # the CLI extras are missing
+        print(f"error: the edgerun command needs {e.name}: pip install 'edgerun[cli]'", file=sys.stderr)
+        return 2
+    try:
+        app(argv, standalone_mode=False)
+    except EdgerunError as e:
+        if _wants_json(argv):
+            print(json.dumps(e.to_dict()))
+        else:
+            print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        import click
+
+        if isinstance(e, click.exceptions.Exit):
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            print("aborted", file=sys.stderr)
+            return 1
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

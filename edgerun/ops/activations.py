@@ -1,0 +1,37 @@
+"""RELU, RELU6, RELU_N1_TO_1 (float32, int8)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.ops.common import qparams, quantized_activation_range
+from edgerun.ops.fixedpoint import multiply_by_quantized_multiplier, quantize_multiplier
+from edgerun.ops.registry import Kernel, register
+from edgerun.schema.tflite import Activation
+
+_RANGES = {"RELU": (0.0, np.inf), "RELU6": (0.0, 6.0), "RELU_N1_TO_1": (-1.0, 1.0)}
+_ACTS = {"RELU": Activation.RELU, "RELU6": Activation.RELU6, "RELU_N1_TO_1": Activation.RELU_N1_TO_1}
+
+
+@register("RELU", "float32", "int8")
+@register("RELU6", "float32", "int8")
+@register("RELU_N1_TO_1", "float32", "int8")
+class ReluX(Kernel):
+    """float: clamp. int8: requantize (x - zp_in) * s_in/s_out + zp_out, then clamp to the range."""
+
+    def prepare(self):
+        ctx = self.ctx
+        self.lo, self.hi = _RANGES[ctx.name]
+        if ctx.input(0).dtype == "int8":
+            s_in, self.zp_in = qparams(ctx.input(0))
+            s_out, self.zp_out = qparams(ctx.output(0))
+            self.mult, self.shift = quantize_multiplier(s_in / s_out)
+            self.qlo, self.qhi = quantized_activation_range(_ACTS[ctx.name], s_out, self.zp_out)
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.float32:
+            return [np.clip(x, self.lo, self.hi)]
+        y = multiply_by_quantized_multiplier(x.astype(np.int64) - self.zp_in, self.mult, self.shift) + self.zp_out
+        return [np.clip(y, self.qlo, self.qhi).astype(np.int8)]

@@ -1,0 +1,1 @@
+"""The interpreter, its memory planner and graph partitioning."""

@@ -1,0 +1,408 @@
+"""The edgerun interpreter: LiteRT's Interpreter API over edgerun's own numpy kernels.
+
+A LiteRT user switches with one import::
+
+    from edgerun import Interpreter      # instead of: from ai_edge_litert.interpreter import Interpreter
+
+Execution model (as TFLite's): ``allocate_tensors`` prepares every node in order (kernel lookup,
+shape propagation, per-node constants), constant-folds nodes whose inputs are all known (shape
+arithmetic), lets delegates claim partitions, and plans one arena for all activations;
+``invoke`` then only runs kernels. Weights are never copied out of the model buffer.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError
+from edgerun.ir import Model
+from edgerun.ops.registry import EXECUTED, NodeContext, lookup
+from edgerun.runtime import planner
+from edgerun.schema.reader import read_model, read_model_file
+
+
+class Step:
+    """One unit of execution: a node's kernel, or a delegate kernel covering a partition."""
+
+    def __init__(self, name: str, inputs: list[int], outputs: list[int], fn, nodes: list[int],
+                 dtype: str = "", kernel=None):
+        self.name, self.inputs, self.outputs, self.fn = name, inputs, outputs, fn
+        self.nodes, self.dtype, self.kernel = nodes, dtype, kernel
+
+
+class SubgraphRunner:
+    """Prepared state and execution of one subgraph."""
+
+    def __init__(self, interp: "Interpreter", index: int):
+        self.interp = interp
+        self.model: Model = interp._model
+        self.index = index
+        self.graph = self.model.subgraphs[index]
+        n = len(self.graph.tensors)
+        self.shapes: list[tuple[int, ...]] = [tuple(t.shape) for t in self.graph.tensors]
+        self.values: list[np.ndarray | None] = [None] * n
+        self.known: dict[int, np.ndarray] = {}
+        self.steps: list[Step] = []
+        self.arena = np.zeros(0, np.uint8)
+        self.arena_bytes = 0
+        self.offsets: dict[int, int] = {}
+        self.prepared = False
+        self.profile: dict[str, float] = {}
+
+    # -- preparation -----------------------------------------------------------------------
+    def prepare(self, input_shapes: dict[int, tuple[int, ...]]) -> None:
+        g, m = self.graph, self.model
+        for i, shp in input_shapes.items():
+            self.shapes[i] = tuple(shp)
+        consts = {}
+        for i, t in enumerate(g.tensors):
+            if t.buffer and i not in g.inputs:
+                data = m.tensor_data(t)
+                if data is not None:
+                    consts[i] = data
+        self.known = dict(consts)
+        steps = []
+        for ni, op in enumerate(g.operators):
+            ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known)
+            cls, dtype = lookup(ctx, self.interp._custom_ops)
+            kernel = cls(ctx)
+            out_shapes = kernel.prepare()
+            if out_shapes is not None:
+                for o, shp in zip(op.outputs, out_shapes):
+                    self.shapes[o] = tuple(int(d) for d in shp)
+            inputs_known = all(i < 0 or i in self.known for i in op.inputs)
+            if (kernel.shape_only or (inputs_known and op.inputs)) and not any(
+                    g.tensors[o].is_variable for o in op.outputs):
+                vals = kernel.eval([self.known.get(i) if i >= 0 else None for i in op.inputs])
+                EXECUTED.add((ctx.name, dtype))
+                for o, v in zip(op.outputs, vals):
+                    self.known[o] = v
+                    self.shapes[o] = tuple(v.shape)
+                continue
+            steps.append(Step(ctx.name, list(op.inputs), list(op.outputs), kernel.eval, [ni], dtype, kernel))
+        self.steps = self.interp._partition(self, steps)
+        self._plan()
+        self.prepared = True
+
+    def _plan(self) -> None:
+        g = self.graph
+        n_steps = len(self.steps)
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i in g.inputs:
+            if i not in self.known:
+                first[i], last[i] = -1, -1
+        for si, st in enumerate(self.steps):
+            for i in st.inputs:
+                if i >= 0 and i not in self.known:
+                    first.setdefault(i, si)
+                    last[i] = max(last.get(i, si), si)
+            for o in st.outputs:
+                first.setdefault(o, si)
+                last[o] = max(last.get(o, si), si)
+        for o in g.outputs:
+            if o in first:
+                last[o] = n_steps
+        if self.interp._preserve_all:
+            last = {k: n_steps for k in last}
+        bufs = []
+        for i in first:
+            t = g.tensors[i]
+            dt = t.np_dtype
+            if dt is None or t.is_variable:
+                continue
+            size = int(np.prod(self.shapes[i], dtype=np.int64)) * dt.itemsize
+            bufs.append(planner.Buffer(i, size, first[i], last[i]))
+        self.buffers = bufs
+        self.offsets, self.arena_bytes = planner.plan(bufs)
+        self.arena = np.zeros(self.arena_bytes + planner.ALIGNMENT, np.uint8)
+        base = (-self.arena.ctypes.data) % planner.ALIGNMENT
+        for b in bufs:
+            t = g.tensors[b.key]
+            off = base + self.offsets[b.key]
+            self.values[b.key] = self.arena[off:off + b.size].view(t.np_dtype).reshape(self.shapes[b.key])
+        for i, t in enumerate(g.tensors):
+            if t.is_variable:
+                self.values[i] = np.zeros(self.shapes[i], t.np_dtype)
+        for i, v in self.known.items():
+            self.values[i] = v
+
+    # -- execution -------------------------------------------------------------------------
+    def run(self) -> None:
+        vals = self.values
+        profile = self.interp._profiling
+        for st in self.steps:
+            t0 = time.perf_counter() if profile else 0.0
+            outs = st.fn([vals[i] if i >= 0 else None for i in st.inputs])
+            for o, arr in zip(st.outputs, outs):
+                dst = vals[o]
+                if dst is not None and dst.shape == np.shape(arr) and not self.graph.tensors[o].is_variable:
+                    if dst is not arr:
+                        np.copyto(dst, arr, casting="unsafe")
+                else:  # dynamic shape: keep the array outside the arena
+                    vals[o] = np.asarray(arr)
+            if profile:
+                key = f"{st.name}"
+                self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
+            EXECUTED.add((st.name, st.dtype))
+
+
+def _details(model: Model, sg, runner: SubgraphRunner | None, idx: int, name: str | None = None) -> dict:
+    t = sg.tensors[idx]
+    shape = runner.shapes[idx] if runner is not None else t.shape
+    q = t.quant
+    if q is not None and not q.empty:
+        quant = (float(q.scale[0]), int(q.zero_point[0])) if q.scale.size == 1 else (0.0, 0)
+        qp = q.to_dict()
+    else:
+        quant = (0.0, 0)
+        qp = {"scales": np.zeros(0, np.float32), "zero_points": np.zeros(0, np.int32), "quantized_dimension": 0}
+    sig = t.shape_signature if t.shape_signature is not None else t.shape
+    return {"name": name if name is not None else t.name, "index": idx,
+            "shape": np.array(shape, np.int32), "shape_signature": np.array(sig, np.int32),
+            "dtype": t.np_dtype.type if t.np_dtype is not None else object,
+            "quantization": quant, "quantization_parameters": qp, "sparsity_parameters": {}}
+
+
+class Interpreter:
+    """Runs a TFLite model with edgerun's kernels; the API of LiteRT's ``Interpreter``.
+
+    Args:
+        model_path: path to a ``.tflite`` file.
+        model_content: the model's bytes (alternative to ``model_path``).
+        num_threads: accepted for API compatibility; numpy's BLAS decides its own threads.
+        delegates: delegate names or instances, in priority order (see ``edgerun.delegate``).
+        custom_ops: ``{custom_code: Kernel subclass}`` for CUSTOM ops, for this interpreter only.
+        experimental_preserve_all_tensors: keep every intermediate readable after ``invoke``.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
+                 experimental_delegates=None, num_threads: int | None = None,
+                 experimental_op_resolver_type=None, experimental_preserve_all_tensors: bool = False,
+                 *, delegates=None, custom_ops: dict | None = None, model: Model | None = None):
+        if model is not None:
+            self._model = model
+        elif model_content is not None:
+            self._model = read_model(model_content)
+        elif model_path is not None:
+            self._model = read_model_file(model_path)
+        else:
+            raise ModelFormatError("Interpreter needs model_path or model_content")
+        self.num_threads = num_threads
+        self._custom_ops = dict(custom_ops or {})
+        self._preserve_all = experimental_preserve_all_tensors
+        self._delegates = self._resolve_delegates(list(delegates or []) + list(experimental_delegates or []))
+        self._profiling = False
+        self._runners: dict[int, SubgraphRunner] = {}
+        self._input_shapes: dict[int, dict[int, tuple[int, ...]]] = {}
+        self.partitions: list = []
+
+    # -- delegates -------------------------------------------------------------------------
+    @staticmethod
+    def _resolve_delegates(items: list) -> list:
+        if not items:
+            return []
+        from edgerun.delegate import resolve_delegates
+        return resolve_delegates(items)
+
+    def _partition(self, runner: SubgraphRunner, steps: list[Step]) -> list[Step]:
+        if not self._delegates:
+            return steps
+        from edgerun.runtime.partition import apply_delegates
+        new_steps, parts = apply_delegates(self, runner, steps, self._delegates)
+        if runner.index == 0:
+            self.partitions = parts
+        return new_steps
+
+    # -- LiteRT API ------------------------------------------------------------------------
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    def _runner(self, index: int = 0) -> SubgraphRunner:
+        r = self._runners.get(index)
+        if r is None or not r.prepared:
+            if index == 0:
+                raise EdgerunError("call allocate_tensors() first")
+            r = self._prepare(index)
+        return r
+
+    def _prepare(self, index: int) -> SubgraphRunner:
+        r = SubgraphRunner(self, index)
+        r.prepare(self._input_shapes.get(index, {}))
+        self._runners[index] = r
+        return r
+
+    def allocate_tensors(self) -> None:
+        self._prepare(0)
+
+    def get_input_details(self) -> list[dict]:
+        g = self._model.main
+        r = self._runners.get(0)
+        return [_details(self._model, g, r, i) for i in g.inputs]
+
+    def get_output_details(self) -> list[dict]:
+        g = self._model.main
+        r = self._runners.get(0)
+        return [_details(self._model, g, r, i) for i in g.outputs]
+
+    def get_tensor_details(self) -> list[dict]:
+        g = self._model.main
+        r = self._runners.get(0)
+        return [_details(self._model, g, r, i) for i in range(len(g.tensors))]
+
+    def _check_value(self, runner: SubgraphRunner, index: int, value) -> np.ndarray:
+        t = runner.graph.tensors[index]
+        arr = np.asarray(value)
+        if arr.dtype != t.np_dtype:
+            raise InputMismatchError(f"input '{t.name}' (tensor {index}) expects {t.dtype}, got {arr.dtype}")
+        if tuple(arr.shape) != tuple(runner.shapes[index]):
+            raise InputMismatchError(f"input '{t.name}' (tensor {index}) expects shape "
+                                     f"{list(runner.shapes[index])}, got {list(arr.shape)}"
+                                     " (resize_tensor_input() then allocate_tensors() to change it)")
+        return arr
+
+    def set_tensor(self, tensor_index: int, value) -> None:
+        r = self._runner(0)
+        if not (0 <= tensor_index < len(r.graph.tensors)):
+            raise InputMismatchError(f"tensor index {tensor_index} out of range")
+        arr = self._check_value(r, tensor_index, value)
+        dst = r.values[tensor_index]
+        if dst is None or tensor_index in r.known:
+            raise InputMismatchError(f"tensor {tensor_index} is a constant and cannot be set")
+        np.copyto(dst, arr)
+
+    def invoke(self) -> None:
+        self._runner(0).run()
+
+    def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
+        r = self._runner(subgraph_index)
+        if not (0 <= tensor_index < len(r.graph.tensors)):
+            raise InputMismatchError(f"tensor index {tensor_index} out of range")
+        v = r.values[tensor_index]
+        if v is None:
+            raise EdgerunError(f"tensor {tensor_index} has no data (not computed, or freed: use "
+                               "experimental_preserve_all_tensors=True to keep intermediates)")
+        return np.array(v, copy=True)
+
+    def tensor(self, tensor_index: int):
+        """A function returning a view of the tensor's current buffer (as LiteRT's)."""
+        r = self._runner(0)
+        return lambda: r.values[tensor_index]
+
+    def resize_tensor_input(self, input_index: int, tensor_size, strict: bool = False) -> None:
+        g = self._model.main
+        if input_index not in g.inputs:
+            raise InputMismatchError(f"tensor {input_index} is not an input of the model")
+        t = g.tensors[input_index]
+        new = tuple(int(d) for d in tensor_size)
+        sig = t.shape_signature or t.shape
+        if strict:
+            for want, got in zip(sig, new):
+                if want != -1 and want != got:
+                    raise InputMismatchError(f"input '{t.name}': dimension fixed at {want}, got {got}")
+        if len(new) != len(t.shape):
+            raise InputMismatchError(f"input '{t.name}' has rank {len(t.shape)}, got shape {list(new)}")
+        self._input_shapes.setdefault(0, {})[input_index] = new
+        self._runners.pop(0, None)
+
+    def reset_all_variables(self) -> None:
+        for r in self._runners.values():
+            for i, t in enumerate(r.graph.tensors):
+                if t.is_variable:
+                    r.values[i][...] = 0
+
+    def get_signature_list(self) -> dict:
+        return {s.key: {"inputs": [n for n, _ in s.inputs], "outputs": [n for n, _ in s.outputs]}
+                for s in self._model.signature_defs}
+
+    def get_signature_runner(self, signature_key: str | None = None) -> "SignatureRunner":
+        sigs = self._model.signature_defs
+        if not sigs:
+            raise EdgerunError("model has no signature defs")
+        if signature_key is None:
+            if len(sigs) > 1:
+                raise EdgerunError(f"model has {len(sigs)} signatures; name one of "
+                                   f"{[s.key for s in sigs]}")
+            sd = sigs[0]
+        else:
+            found = [s for s in sigs if s.key == signature_key]
+            if not found:
+                raise EdgerunError(f"no signature {signature_key!r}; the model has {[s.key for s in sigs]}")
+            sd = found[0]
+        return SignatureRunner(self, sd)
+
+    # -- edgerun extensions ----------------------------------------------------------------
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the activation arena planned by ``allocate_tensors``."""
+        return self._runner(0).arena_bytes
+
+    def predict(self, *inputs, **named) -> list[np.ndarray] | dict[str, np.ndarray]:
+        """Convenience: set inputs (positional or by name), invoke, return outputs."""
+        if 0 not in self._runners:
+            self.allocate_tensors()
+        details = self.get_input_details()
+        if named:
+            by_name = {d["name"]: d for d in details}
+            for k, v in named.items():
+                if k not in by_name:
+                    raise InputMismatchError(f"no input named {k!r}; inputs are {list(by_name)}")
+                self.set_tensor(by_name[k]["index"], v)
+        else:
+            if len(inputs) != len(details):
+                raise InputMismatchError(f"model takes {len(details)} inputs, got {len(inputs)}")
+            for d, v in zip(details, inputs):
+                self.set_tensor(d["index"], v)
+        self.invoke()
+        return [self.get_tensor(d["index"]) for d in self.get_output_details()]
+
+    def set_profiling(self, enabled: bool = True) -> None:
+        self._profiling = enabled
+        for r in self._runners.values():
+            r.profile.clear()
+
+    @property
+    def profile(self) -> dict[str, float]:
+        """Seconds spent per op type since profiling was enabled."""
+        return dict(self._runner(0).profile)
+
+
+class SignatureRunner:
+    """LiteRT's SignatureRunner: ``runner(**inputs) -> {output_name: array}``."""
+
+    def __init__(self, interp: Interpreter, sd):
+        self._interp, self._sd = interp, sd
+        self._runner = interp._runners.get(sd.subgraph_index)
+
+    def _ensure(self) -> SubgraphRunner:
+        if self._runner is None or not self._runner.prepared:
+            self._runner = self._interp._prepare(self._sd.subgraph_index)
+        return self._runner
+
+    def get_input_details(self) -> dict:
+        r = self._ensure()
+        return {n: _details(self._interp._model, r.graph, r, i, n) for n, i in self._sd.inputs}
+
+    def get_output_details(self) -> dict:
+        r = self._ensure()
+        return {n: _details(self._interp._model, r.graph, r, i, n) for n, i in self._sd.outputs}
+
+    def __call__(self, **inputs) -> dict[str, np.ndarray]:
+        r = self._ensure()
+        names = dict(self._sd.inputs)
+        for k in inputs:
+            if k not in names:
+                raise InputMismatchError(f"signature {self._sd.key!r} has no input {k!r}; "
+                                         f"inputs are {list(names)}")
+        missing = [k for k in names if k not in inputs]
+        if missing:
+            raise InputMismatchError(f"signature {self._sd.key!r} is missing inputs {missing}")
+        for k, v in inputs.items():
+            arr = self._interp._check_value(r, names[k], v)
+            np.copyto(r.values[names[k]], arr)
+        r.run()
+        return {n: np.array(r.values[i], copy=True) for n, i in self._sd.outputs}
