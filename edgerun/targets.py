@@ -1,0 +1,97 @@
+"""Deployment targets and board profiles: data, in one place.
+
+``edgerun check``, ``edgerun package``, the MCU firmware build and the flasher all read these.
+A target string is ``rpi``, ``coral``, ``jetson`` or ``mcu[:BOARD]``; each target names the
+delegates to try in priority order (edgerun's own kernels always take what is left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from edgerun.errors import EdgerunError
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    kind: str  # "linux" or "mcu"
+    arch: str
+    ram_bytes: int  # RAM available to the model arena (MCU) or total RAM (Linux)
+    flash_bytes: int  # bytes available for one model slot (MCU) or storage (Linux)
+    delegates: tuple[str, ...] = ()
+    #: MCU only: bytes of the firmware's own RAM use, to subtract from ram_bytes
+    firmware_ram_bytes: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
+
+BOARDS: dict[str, Board] = {b.name: b for b in [
+    # Linux boards
+    Board("rpi4", "Raspberry Pi 4 (Cortex-A72, NEON)", "linux", "aarch64", 4 * GiB, 32 * GiB, ("xnnpack",)),
+    Board("rpi5", "Raspberry Pi 5 (Cortex-A76, NEON)", "linux", "aarch64", 8 * GiB, 32 * GiB, ("xnnpack",)),
+    Board("coral-devboard", "Coral Dev Board (i.MX 8M + Edge TPU)", "linux", "aarch64", 1 * GiB, 8 * GiB,
+          ("edgetpu", "xnnpack")),
+    Board("coral-usb", "Coral USB Accelerator on a Linux host", "linux", "aarch64", 1 * GiB, 8 * GiB,
+          ("edgetpu", "xnnpack")),
+    Board("jetson-orin-nano", "Jetson Orin Nano (TensorRT 10)", "linux", "aarch64", 8 * GiB, 64 * GiB,
+          ("tensorrt", "xnnpack")),
+    Board("jetson-nano", "Jetson Nano (TensorRT 8)", "linux", "aarch64", 4 * GiB, 16 * GiB,
+          ("tensorrt", "xnnpack")),
+    # Microcontrollers. RAM/flash are what a model slot and its arena may use.
+    Board("mps2-an386", "Arm MPS2+ AN386 (Cortex-M4F), emulated by QEMU", "mcu", "cortex-m4",
+          4 * MiB, 1 * MiB, ("mcu",), firmware_ram_bytes=64 * KiB,
+          extra={"uart_base": 0x40004000, "code_ram": (0x0, 4 * MiB), "sram": (0x20000000, 4 * MiB),
+                 "qemu_machine": "mps2-an386"}),
+    Board("stm32f746g-disco", "STM32F746G-DISCO (Cortex-M7, 320 KB SRAM, 1 MB flash)", "mcu", "cortex-m7",
+          320 * KiB, 512 * KiB, ("mcu",), firmware_ram_bytes=48 * KiB),
+    Board("nrf52840", "nRF52840 / Arduino Nano 33 BLE (Cortex-M4F, 256 KB RAM, 1 MB flash)", "mcu",
+          "cortex-m4", 256 * KiB, 384 * KiB, ("mcu",), firmware_ram_bytes=40 * KiB),
+    Board("rp2040", "Raspberry Pi Pico (Cortex-M0+, 264 KB RAM, 2 MB flash)", "mcu", "cortex-m0plus",
+          264 * KiB, 1 * MiB, ("mcu",), firmware_ram_bytes=40 * KiB),
+    Board("esp32-s3", "ESP32-S3 (Xtensa LX7, 512 KB SRAM, 8 MB flash)", "mcu", "xtensa",
+          512 * KiB, 2 * MiB, ("mcu",), firmware_ram_bytes=96 * KiB),
+]}
+
+#: target name -> default board
+TARGETS: dict[str, str] = {"rpi": "rpi4", "coral": "coral-devboard", "jetson": "jetson-orin-nano",
+                           "mcu": "mps2-an386", "cpu": ""}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # rpi | coral | jetson | mcu | cpu
+    board: Board | None
+
+    @property
+    def delegates(self) -> tuple[str, ...]:
+        return self.board.delegates if self.board else ()
+
+    @property
+    def requires_full_int8(self) -> bool:
+        return self.name in ("coral", "mcu")
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.board.name}" if self.board else self.name
+
+
+def parse_target(spec: str) -> Target:
+    """``rpi`` | ``coral`` | ``jetson`` | ``mcu[:BOARD]`` | any ``target:BOARD`` -> Target."""
+    name, _, board = (spec or "").partition(":")
+    name = name.strip().lower()
+    if name not in TARGETS:
+        raise EdgerunError(f"unknown target {spec!r}; choose one of {', '.join(sorted(TARGETS))} "
+                           "(optionally target:BOARD)")
+    board = board.strip() or TARGETS[name]
+    if not board:
+        return Target(name, None)
+    b = BOARDS.get(board)
+    if b is None:
+        kind = "mcu" if name == "mcu" else "linux"
+        choices = sorted(k for k, v in BOARDS.items() if v.kind == kind)
+        raise EdgerunError(f"unknown board {board!r} for target {name}; known: {', '.join(choices)}")
+    if (name == "mcu") != (b.kind == "mcu"):
+        raise EdgerunError(f"board {board!r} is a {b.kind} board, not a {name} target")
+    return Target(name, b)
