@@ -15,3 +15,15 @@ def pytest_collection_modifyitems(config, items):
         for mark in ("hardware", "gpu"):
             if mark in item.keywords and mark not in markexpr:
                 item.add_marker(pytest.mark.skip(reason=f"needs {mark}: run with -m {mark}"))
+
+
+@pytest.fixture(scope="session")
+def sine_model() -> bytes:
+    """The float sine model that the tflite-micro wheel ships (made by Google's converter)."""
+    tm = pytest.importorskip("tflite_micro", reason="tflite-micro package not installed")
+    from pathlib import Path
+
+    p = Path(tm.__file__).parent / "python" / "tflite_micro" / "sine_float.tflite"
+    if not p.exists():
+        pytest.skip(f"tflite-micro no longer ships {p.name}")
+    return p.read_bytes()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 
 from edgerun.errors import EdgerunError
@@ -43,12 +44,27 @@ def build_app():
     return app
 
 
+def _limit_blas_threads(argv: list[str]) -> None:
+    """`bench --threads N` must reach numpy's BLAS, which reads these only before it loads."""
+    if not argv or argv[0] != "bench" or "numpy" in sys.modules:
+        return
+    n = "1"
+    for i, a in enumerate(argv):
+        if a == "--threads" and i + 1 < len(argv):
+            n = argv[i + 1]
+        elif a.startswith("--threads="):
+            n = a.split("=", 1)[1]
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, n)
+
+
 def _wants_json(argv: list[str]) -> bool:
     return "--json" in argv
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _limit_blas_threads(argv)
     try:
         app = build_app()
     except ModuleNotFoundError as e:  # the CLI extras are missing

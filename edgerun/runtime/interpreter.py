@@ -24,6 +24,47 @@ from edgerun.runtime import planner
 from edgerun.schema.reader import read_model, read_model_file
 
 
+#: Largest tensor the interpreter will allocate; a bigger one means a corrupt or hostile model.
+MAX_TENSOR_BYTES = 1 << 32
+
+
+def _checked_shape(t, shape) -> tuple[int, ...]:
+    shp = tuple(int(d) for d in shape)
+    dt = t.np_dtype
+    n = 1
+    for d in shp:
+        if d < 0:
+            raise ModelFormatError(f"tensor '{t.name}': negative dimension in shape {list(shp)}")
+        n *= d
+    if dt is not None and n * dt.itemsize > MAX_TENSOR_BYTES:
+        raise ModelFormatError(f"tensor '{t.name}': shape {list(shp)} needs {n * dt.itemsize} bytes, "
+                               f"more than the {MAX_TENSOR_BYTES}-byte limit")
+    return shp
+
+
+class _model_errors:
+    """Turn a kernel's unexpected exception during preparation into a ModelFormatError.
+
+    prepare() sees only the model (shapes, constants, options), so an exception there means the
+    model is inconsistent (or hostile): report the node instead of a traceback.
+    """
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, ev, tb):
+        if et is None or issubclass(et, EdgerunError):
+            return False
+        if issubclass(et, (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError,
+                           OverflowError, MemoryError, AttributeError, AssertionError)):
+            raise ModelFormatError(f"node {self.ctx.index} ({self.ctx.name}): inconsistent model: "
+                                   f"{et.__name__}: {ev}") from ev
+        return False
+
+
 class Step:
     """One unit of execution: a node's kernel, or a delegate kernel covering a partition."""
 
@@ -69,14 +110,16 @@ class SubgraphRunner:
             ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known)
             cls, dtype = lookup(ctx, self.interp._custom_ops)
             kernel = cls(ctx)
-            out_shapes = kernel.prepare()
-            if out_shapes is not None:
-                for o, shp in zip(op.outputs, out_shapes):
-                    self.shapes[o] = tuple(int(d) for d in shp)
             inputs_known = all(i < 0 or i in self.known for i in op.inputs)
-            if (kernel.shape_only or (inputs_known and op.inputs)) and not any(
-                    g.tensors[o].is_variable for o in op.outputs):
-                vals = kernel.eval([self.known.get(i) if i >= 0 else None for i in op.inputs])
+            fold = (kernel.shape_only or (inputs_known and op.inputs)) and not any(
+                g.tensors[o].is_variable for o in op.outputs)
+            with _model_errors(ctx):
+                out_shapes = kernel.prepare()
+                if out_shapes is not None:
+                    for o, shp in zip(op.outputs, out_shapes):
+                        self.shapes[o] = _checked_shape(g.tensors[o], shp)
+                vals = kernel.eval([self.known.get(i) if i >= 0 else None for i in op.inputs]) if fold else None
+            if fold:
                 EXECUTED.add((ctx.name, dtype))
                 for o, v in zip(op.outputs, vals):
                     self.known[o] = v
@@ -114,7 +157,7 @@ class SubgraphRunner:
             dt = t.np_dtype
             if dt is None or t.is_variable:
                 continue
-            size = int(np.prod(self.shapes[i], dtype=np.int64)) * dt.itemsize
+            size = int(np.prod(_checked_shape(t, self.shapes[i]), dtype=np.int64)) * dt.itemsize
             bufs.append(planner.Buffer(i, size, first[i], last[i]))
         self.buffers = bufs
         self.offsets, self.arena_bytes = planner.plan(bufs)

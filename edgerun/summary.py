@@ -1,0 +1,69 @@
+"""What ``edgerun inspect`` reports about a model: ops, I/O, quantization, bytes, arena."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from edgerun.errors import EdgerunError
+from edgerun.ir import Model
+
+
+def _io(model: Model, idx: int) -> dict:
+    t = model.main.tensors[idx]
+    d = {"name": t.name, "index": idx, "shape": list(t.shape), "dtype": t.dtype}
+    if t.shape_signature is not None and any(s == -1 for s in t.shape_signature):
+        d["shape_signature"] = list(t.shape_signature)
+    if t.quantized:
+        q = t.quant
+        d["quantization"] = ({"scale": float(q.scale[0]), "zero_point": int(q.zero_point[0])}
+                             if not q.per_axis else
+                             {"scales": q.scale.tolist(), "zero_points": q.zero_point.tolist(),
+                              "axis": q.quantized_dimension})
+    return d
+
+
+def describe_model(model: Model, *, with_arena: bool = True) -> dict:
+    """Summary dictionary of a model (stable keys: a script may parse ``edgerun inspect --json``)."""
+    g = model.main
+    ops = Counter(model.op_name(op) for sg in model.subgraphs for op in sg.operators)
+    const, weight_bytes = set(), 0
+    for t in g.tensors:
+        if t.buffer and len(model.buffer_bytes(t.buffer)):
+            const.add(t.buffer)
+    for b in const:
+        weight_bytes += len(model.buffer_bytes(b))
+    act_bytes = 0
+    dtypes = Counter()
+    for i, t in enumerate(g.tensors):
+        dt = t.np_dtype
+        if dt is not None and not (t.buffer and len(model.buffer_bytes(t.buffer))):
+            act_bytes += int(np.prod(t.shape, dtype=np.int64)) * dt.itemsize
+        dtypes[t.dtype] += 1
+    info = {
+        "description": model.description,
+        "subgraphs": len(model.subgraphs),
+        "operators": sum(len(sg.operators) for sg in model.subgraphs),
+        "op_histogram": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "inputs": [_io(model, i) for i in g.inputs],
+        "outputs": [_io(model, i) for i in g.outputs],
+        "tensors": len(g.tensors),
+        "tensor_dtypes": dict(dtypes),
+        "weight_bytes": weight_bytes,
+        "activation_bytes_unplanned": act_bytes,
+        "signatures": {s.key: {"inputs": [n for n, _ in s.inputs], "outputs": [n for n, _ in s.outputs]}
+                       for s in model.signature_defs},
+        "metadata": [name for name, _ in model.metadata],
+    }
+    if with_arena:
+        from edgerun.runtime.interpreter import Interpreter
+
+        try:
+            it = Interpreter(model=model)
+            it.allocate_tensors()
+            info["arena_bytes"] = it.arena_bytes
+        except EdgerunError as e:
+            info["arena_bytes"] = None
+            info["arena_error"] = str(e)
+    return info
