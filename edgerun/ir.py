@@ -45,7 +45,7 @@ class QuantParams:
     def to_dict(self) -> dict:
         """LiteRT's ``quantization_parameters`` dictionary."""
         return {"scales": self.scale.copy(), "zero_points": self.zero_point.astype(np.int32),
-                "quantized_dimension": int(self.quantized_dimension)}
+                "quantized_dimension": int(self.quantized_dimension), "block_size": 0}
 
 
 @dataclass

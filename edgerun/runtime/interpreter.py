@@ -202,7 +202,8 @@ def _details(model: Model, sg, runner: SubgraphRunner | None, idx: int, name: st
         qp = q.to_dict()
     else:
         quant = (0.0, 0)
-        qp = {"scales": np.zeros(0, np.float32), "zero_points": np.zeros(0, np.int32), "quantized_dimension": 0}
+        qp = {"scales": np.zeros(0, np.float32), "zero_points": np.zeros(0, np.int32), "quantized_dimension": 0,
+              "block_size": 0}
     sig = t.shape_signature if t.shape_signature is not None else t.shape
     return {"name": name if name is not None else t.name, "index": idx,
             "shape": np.array(shape, np.int32), "shape_signature": np.array(sig, np.int32),
