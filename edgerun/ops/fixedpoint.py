@@ -86,3 +86,183 @@ def requantize(acc, multiplier, shift, zero_point: int, qmin: int, qmax: int, dt
     """acc (int32 accumulators) -> quantized output: scale, add zero point, clamp, cast."""
     y = multiply_by_quantized_multiplier(acc, multiplier, shift) + int(zero_point)
     return np.clip(y, qmin, qmax).astype(dtype)
+
+
+# --- gemmlowp fixed-point helpers used by DIV and RSQRT (vectorized, int32 values in int64) ---------
+
+
+def count_leading_zeros32(x) -> np.ndarray:
+    """CountLeadingZeros of uint32 values (32 for zero)."""
+    x = np.asarray(x, dtype=np.int64) & 0xFFFFFFFF
+    _, bits = np.frexp(x.astype(np.float64))  # exact: x < 2^53, bits = bit length of x
+    return np.where(x == 0, 32, 32 - bits).astype(np.int64)
+
+
+def count_leading_sign_bits32(x) -> np.ndarray:
+    """CountLeadingSignBits (``__builtin_clrsb``) of int32 values; 31 for zero."""
+    x = np.asarray(x, dtype=np.int64)
+    neg = count_leading_zeros32(np.where(x < 0, 2 * (-x) - 1, 0))
+    return np.where(x >= 0, count_leading_zeros32(x) - 1, np.where(x == INT32_MIN, 0, neg))
+
+
+def saturating_rounding_multiply_by_pot(x, exponent: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<exponent>: saturating left shift or rounding right shift."""
+    x = np.asarray(x, dtype=np.int64)
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, _wrap32(x << exponent)))
+
+
+def rounding_half_sum(a, b) -> np.ndarray:
+    """gemmlowp RoundingHalfSum: (a + b) / 2 rounded half away from zero (C division truncates)."""
+    s = np.asarray(a, dtype=np.int64) + np.asarray(b, dtype=np.int64)
+    t = s + np.where(s >= 0, 1, -1)
+    return np.where(t >= 0, t // 2, -((-t) // 2))
+
+
+def one_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
+    """gemmlowp one_over_one_plus_x_for_x_in_0_1 on Q0.31 raw values: Newton-Raphson, 3 steps, Q0.31 out."""
+    srdhm = saturating_rounding_doubling_high_mul
+    half_denominator = rounding_half_sum(a, INT32_MAX)  # F0::One() is INT32_MAX
+    one_f2 = 1 << 29
+    x = _wrap32(1515870810 + srdhm(half_denominator, -1010580540))  # 48/17 - 32/17 * d, in Q2.29
+    for _ in range(3):
+        one_minus = _wrap32(one_f2 - srdhm(half_denominator, x))
+        x = _wrap32(x + saturating_rounding_multiply_by_pot(srdhm(x, one_minus), 2))
+    # ExactMulByPot<-1> keeps the raw value (Q2.29 -> Q1.30), Rescale<0> shifts left by 1, saturating.
+    return saturating_rounding_multiply_by_pot(x, 1)
+
+
+def get_reciprocal(x, x_integer_digits: int):
+    """TFLite GetReciprocal: (Q0.31 reciprocal of x normalised to [1, 2), num_bits_over_unit)."""
+    x = np.asarray(x, dtype=np.int64)
+    headroom_plus_one = count_leading_zeros32(x)
+    num_bits_over_unit = x_integer_digits - headroom_plus_one
+    shifted = ((x & 0xFFFFFFFF) << headroom_plus_one) & 0xFFFFFFFF
+    shifted_sum_minus_one = _wrap32(shifted - (1 << 31))
+    return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
+
+
+def get_inv_sqrt_quantized_multiplier_exp(x, reverse_shift: int):
+    """TFLite GetInvSqrtQuantizedMultiplierExp: 1/sqrt(x) as (multiplier, shift), Newton-Raphson in Q3.28."""
+    srdhm = saturating_rounding_doubling_high_mul
+    x = np.asarray(x, dtype=np.int64)
+    small = x <= 1
+    inp = np.where(small, 2, x)
+    shift = np.full(inp.shape, 11, dtype=np.int64)
+    big = inp >= (1 << 29)  # int32 inputs need at most one division by 4
+    inp = np.where(big, inp // 4, inp)
+    shift = shift + big
+    left_shift_bit_pairs = (count_leading_zeros32(inp) - 1) // 2 - 1
+    shift = shift - left_shift_bit_pairs
+    inp = inp << (2 * left_shift_bit_pairs)
+    fp_input = inp >> 1
+    fp_half_input = rounding_divide_by_pot(fp_input, 1)
+    half_three = (1 << 28) + (1 << 27)
+    r = np.full(inp.shape, 1 << 28, dtype=np.int64)  # F3::One()
+    for _ in range(5):
+        x3 = saturating_rounding_multiply_by_pot(srdhm(srdhm(r, r), r), 6)
+        r = saturating_rounding_multiply_by_pot(_wrap32(srdhm(half_three, r) - srdhm(fp_half_input, x3)), 3)
+    r = srdhm(r, 1518500250)  # * sqrt(2)/2
+    neg = shift < 0
+    r = np.where(neg, _wrap32(r << np.where(neg, -shift, 0)), r)
+    shift = np.where(neg, 0, shift) * reverse_shift
+    return np.where(small, INT32_MAX, r), np.where(small, 0, shift)
+
+
+# --- gemmlowp exp / log on FixedPoint<int32, IntegerBits> raw values (SOFTMAX, LOG_SOFTMAX) -------
+# A value with b integer bits is stored as raw / 2^(31 - b); products are SRDHM (integer bits add
+# up), sums wrap as C int32 addition does, and rescale() moves a value between formats.
+
+
+def saturating_rounding_multiply_by_pot_param(x, exponent) -> np.ndarray:
+    """TFLite SaturatingRoundingMultiplyByPOTParam: like saturating_rounding_multiply_by_pot, but the
+    exponent is a run-time value or array (it broadcasts against x)."""
+    x = np.asarray(x, dtype=np.int64)
+    e = np.asarray(exponent, dtype=np.int64)
+    left = np.maximum(e, 0)
+    threshold = (np.int64(1) << (31 - left)) - 1
+    up = np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, x << left))
+    return np.where(e < 0, rounding_divide_by_pot(x, np.maximum(-e, 0)), up)
+
+
+def rescale(x, src_integer_bits: int, dst_integer_bits: int) -> np.ndarray:
+    """gemmlowp Rescale<dst>(FixedPoint<int32, src>)."""
+    return saturating_rounding_multiply_by_pot(x, src_integer_bits - dst_integer_bits)
+
+
+def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> np.ndarray:
+    """gemmlowp: exp(a) for a in [-1/4, 0), Q0.31 in and out (Taylor series around -1/8)."""
+    srdhm = saturating_rounding_doubling_high_mul
+    constant_term = 1895147668  # exp(-1/8)
+    constant_1_over_3 = 715827883
+    x = _wrap32(np.asarray(a, dtype=np.int64) + (1 << 28))
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = rounding_divide_by_pot(x4, 2)
+    poly = rounding_divide_by_pot(_wrap32(srdhm(_wrap32(x4_over_4 + x3), constant_1_over_3) + x2), 1)
+    return _wrap32(constant_term + srdhm(constant_term, _wrap32(x + poly)))
+
+
+# exp(-2^k) in Q0.31, k = -2 .. 4: the barrel shifter of exp_on_negative_values
+_EXP_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+               (2, 39332535), (3, 720401), (4, 242))
+
+
+def exp_on_negative_values(a, integer_bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: exp(a) for a <= 0 with ``integer_bits``; result in Q0.31."""
+    srdhm = saturating_rounding_doubling_high_mul
+    a = np.asarray(a, dtype=np.int64)
+    frac = 31 - integer_bits
+    one_quarter = 1 << (frac - 2)
+    a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)) - one_quarter
+    result = exp_on_interval_between_negative_one_quarter_and_0_excl(
+        rescale(a_mod_quarter_minus_one_quarter, integer_bits, 0))
+    remainder = a_mod_quarter_minus_one_quarter - a
+    for exponent, multiplier in _EXP_BARREL:
+        if integer_bits > exponent:
+            bit = (remainder & (1 << (frac + exponent))) != 0
+            result = np.where(bit, srdhm(result, multiplier), result)
+    if integer_bits > 5:
+        result = np.where(a < -(1 << (36 - integer_bits)), 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def log_x_for_x_greater_than_or_equal_to_1(a, input_integer_bits: int, output_integer_bits: int) -> np.ndarray:
+    """TFLite log_x_for_x_greater_than_or_equal_to_1_impl: log(a) from Q(in) raw to Q(out) raw."""
+    srdhm = saturating_rounding_doubling_high_mul
+    log_2, sqrt_sqrt_half, sqrt_half, one_quarter = 1488522236, 1805811301, 1518500250, 536870912
+    alpha_n, alpha_d, alpha_i, alpha_f = 117049297, 127690142, 1057819769, 638450708
+    accum_bits = output_integer_bits + 1  # one bit of headroom for the sum below
+    shifted_quarter = rescale(one_quarter, 0, accum_bits)
+
+    z_a = np.asarray(a, dtype=np.int64)
+    z_a_headroom_plus_1 = count_leading_zeros32(z_a)
+    r_a_tmp = saturating_rounding_multiply_by_pot_param(z_a, z_a_headroom_plus_1 - 1)
+    r_a_raw = saturating_rounding_multiply_by_pot(srdhm(r_a_tmp, sqrt_half), 1)
+    z_a_pow_2_adj = np.clip(saturating_rounding_multiply_by_pot(
+        input_integer_bits - z_a_headroom_plus_1, 31 - accum_bits) + shifted_quarter, INT32_MIN, INT32_MAX)
+
+    z_b = srdhm(z_a, sqrt_half)
+    z_b_headroom = count_leading_zeros32(z_b) - 1
+    r_b_raw = saturating_rounding_multiply_by_pot_param(z_a, z_b_headroom)
+    z_b_pow_2_adj = np.clip(saturating_rounding_multiply_by_pot(
+        input_integer_bits - z_b_headroom, 31 - accum_bits) - shifted_quarter, INT32_MIN, INT32_MAX)
+
+    r = np.minimum(r_a_raw, r_b_raw)
+    z_pow_2_adj = np.maximum(z_a_pow_2_adj, z_b_pow_2_adj)
+
+    p = rounding_half_sum(r, sqrt_sqrt_half)
+    q = _wrap32(r - sqrt_sqrt_half)
+    q = _wrap32(q + q)
+    common_sq = srdhm(q, q)
+    num = _wrap32(srdhm(q, r) + srdhm(srdhm(q, common_sq), alpha_n))
+    denom_minus_one_0 = _wrap32(srdhm(p, _wrap32(alpha_i + q + srdhm(alpha_d, common_sq))) + srdhm(alpha_f, q))
+    recip_denom = one_over_one_plus_x_for_x_in_0_1(denom_minus_one_0)
+    num_scaled = rescale(num, 0, accum_bits)
+    total = _wrap32(srdhm(z_pow_2_adj, log_2) + srdhm(num_scaled, recip_denom))
+    return rescale(total, accum_bits, output_integer_bits)

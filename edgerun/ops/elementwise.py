@@ -1,0 +1,386 @@
+"""Elementwise ops: binary ADD, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM and unary ABS,
+SQRT, RSQRT, EXP, bit-exact with LiteRT's reference kernels.
+
+Binary ops broadcast numpy-style (right-aligned, size-1 dimensions stretch), to any rank; LiteRT's
+kernels stop at 6-D. ADD, SUB, MUL and DIV carry a fused activation.
+
+float32 follows the C++ kernels operation for operation, including their clamp of the arithmetic
+ops to the finite float range (``ActivationFunctionWithMinMax`` with ``lowest()``/``max()`` when
+there is no activation, so an overflow gives +-FLT_MAX, not inf) and their NaN handling in
+MAXIMUM/MINIMUM (``a > b ? a : b``).
+
+int8 is the affine scheme ``real = s * (q - z)``. Each op's per-element arithmetic is written once,
+vectorized over int64 arrays that hold int32 values (``_Int8*._compute``); because an int8 op is a
+function of at most two int8 values, ``prepare`` evaluates that definition on all 256 (unary) or
+256 x 256 (binary) inputs and ``eval`` is a table lookup. Per op (s1, s2, so = input and output
+scales, z = zero points, MBQM = MultiplyByQuantizedMultiplier, double rounding):
+
+* ADD/SUB: both inputs are shifted left 20 bits and rescaled to the common scale 2*max(s1, s2),
+  ``x_i = MBQM((q_i - z_i) << 20, s_i / (2 max(s1, s2)))``, then
+  ``out = MBQM(x1 +- x2, 2 max(s1, s2) / (2^20 so)) + zo``, clamped to the activation range;
+* MUL: ``out = MBQM((q1 - z1)(q2 - z2), s1 s2 / so) + zo`` (the real multiplier in float32);
+* DIV: ``(q1 - z1) / (q2 - z2)`` via gemmlowp's Newton-Raphson reciprocal of the divisor
+  (``GetReciprocal``) and a headroom shift, scaled by ``s1 / (s2 so)``; a zero divisor raises;
+* SQUARED_DIFFERENCE: as SUB with a left shift of 7, squared, output multiplier
+  ``(2 max(s1, s2))^2 / (2^14 so)``; no activation;
+* MAXIMUM/MINIMUM compare the raw int8 values (the quantization is taken to be shared);
+* ABS: ``|q - zi|`` rescaled by ``si / so`` (or copied when the scales are equal);
+* SQRT: dequantized in float32, ``sqrt``, ``(int)(y / so) + zo`` (truncation, as LiteRT does);
+* RSQRT: gemmlowp's fixed-point inverse square root of ``q - zi`` (20 extra bits), rescaled by
+  ``1 / (sqrt(si) so)``;
+* EXP: LiteRT's int8 lookup table, ``round(exp(si (q - zi)) / so) + zo``.
+
+SQRT and RSQRT of a value below the input zero point raise, as LiteRT fails the invoke.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.errors import InputMismatchError, ModelFormatError
+from edgerun.ops.common import QRANGE, qparams, quantized_activation_range, round_half_away
+from edgerun.ops.fixedpoint import (count_leading_sign_bits32, get_inv_sqrt_quantized_multiplier_exp,
+                                    get_reciprocal, multiply_by_quantized_multiplier,
+                                    quantize_multiplier, rounding_divide_by_pot,
+                                    saturating_rounding_doubling_high_mul)
+from edgerun.ops.quantize import trunc_to_int32
+from edgerun.ops.registry import Kernel, register
+from edgerun.schema.tflite import Activation
+
+_F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+#: every int8 value, ordered by its uint8 bit pattern (the index of a lookup table)
+_INT8_BY_BITS = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int64)
+
+_FUSED = ("ADD", "SUB", "MUL", "DIV")
+_FLOAT_ACT = {Activation.NONE: (-_FLT_MAX, _FLT_MAX), Activation.RELU: (0.0, _FLT_MAX),
+              Activation.RELU6: (0.0, 6.0), Activation.RELU_N1_TO_1: (-1.0, 1.0)}
+_INT32_ACT = {Activation.NONE: None, Activation.RELU: (0, QRANGE["int32"][1]),
+              Activation.RELU6: (0, 6), Activation.RELU_N1_TO_1: (-1, 1)}
+
+
+def _wrap32(x):
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _mbqm(x, multiplier, shift):
+    return multiply_by_quantized_multiplier(x, multiplier, shift)
+
+
+def broadcast_shape(ctx) -> tuple[int, ...]:
+    """Output shape of a binary op: numpy broadcasting of the two input shapes."""
+    s1, s2 = ctx.input_shape(0), ctx.input_shape(1)
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(s1, s2))
+    except ValueError:
+        raise ModelFormatError(f"{ctx.name} (node {ctx.index}): input shapes {list(s1)} and {list(s2)} "
+                               "do not broadcast") from None
+
+
+def _activation(ctx) -> int:
+    act = int(ctx.options.get("fused_activation_function", Activation.NONE)) if ctx.name in _FUSED else 0
+    if act not in _FLOAT_ACT:
+        raise ctx.fail(f"fused activation {act} is not supported (LiteRT supports NONE, RELU, RELU6, "
+                       "RELU_N1_TO_1 here)")
+    return act
+
+
+def _check_binary_types(ctx) -> None:
+    a, b, o = ctx.input(0), ctx.input(1), ctx.output(0)
+    if not (a.dtype == b.dtype == o.dtype):
+        raise ctx.fail(f"input and output types differ ({a.dtype}, {b.dtype} -> {o.dtype})")
+
+
+# --- binary ops: float32 and int32 ------------------------------------------------------------
+
+def _maximum(a, b):
+    return np.where(a > b, a, b)
+
+
+def _minimum(a, b):
+    return np.where(a < b, a, b)
+
+
+def _squared_difference(a, b):
+    d = np.subtract(a, b)
+    return np.multiply(d, d)
+
+
+_PLAIN = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
+          "SQUARED_DIFFERENCE": _squared_difference, "MAXIMUM": _maximum, "MINIMUM": _minimum}
+
+
+@register("ADD", "float32", "int32")
+@register("SUB", "float32", "int32")
+@register("MUL", "float32", "int32")
+@register("DIV", "float32")
+@register("SQUARED_DIFFERENCE", "float32")
+@register("MAXIMUM", "float32", "int32")
+@register("MINIMUM", "float32", "int32")
+class PlainBinary(Kernel):
+    """float32 / int32 arithmetic in the input dtype, then the fused activation as a clamp.
+
+    float32 ADD/SUB/MUL/DIV always clamp to [lowest, max] of float32 (LiteRT does the same);
+    int32 arithmetic wraps on overflow like the C++ kernels.
+    """
+
+    def prepare(self):
+        ctx = self.ctx
+        _check_binary_types(ctx)
+        self.fn = _PLAIN[ctx.name]
+        act = _activation(ctx)
+        self.is_float = ctx.input(0).dtype == "float32"
+        if self.is_float:
+            self.clamp = _FLOAT_ACT[act] if ctx.name in _FUSED else None
+        else:
+            self.clamp = _INT32_ACT[act]
+        return [broadcast_shape(ctx)]
+
+    def eval(self, inputs):
+        a, b = inputs
+        with np.errstate(all="ignore"):
+            y = self.fn(a, b)
+        if self.clamp is not None:
+            y = np.clip(y, *self.clamp)  # NaN passes through, as std::min/std::max let it
+        return [y]
+
+
+# --- binary ops: int8 ---------------------------------------------------------------------------
+
+class _Int8Binary(Kernel):
+    """int8 binary op: the per-element definition ``_compute`` tabulated over all input pairs."""
+
+    def prepare(self):
+        ctx = self.ctx
+        _check_binary_types(ctx)
+        self.s1, self.z1 = qparams(ctx.input(0))
+        self.s2, self.z2 = qparams(ctx.input(1))
+        self.so, self.zo = qparams(ctx.output(0))
+        for z in (self.z1, self.z2, self.zo):
+            if not -128 <= z <= 127:
+                raise ctx.fail(f"zero point {z} is outside the int8 range")
+        act = _activation(ctx)
+        self.lo, self.hi = quantized_activation_range(act, self.so, self.zo)
+        self._prepare_params()
+        a = _INT8_BY_BITS[:, None]
+        b = _INT8_BY_BITS[None, :]
+        self.table = np.clip(self._compute(a, b), self.lo, self.hi).astype(np.int8)
+        return [broadcast_shape(ctx)]
+
+    def _prepare_params(self) -> None:
+        raise NotImplementedError
+
+    def _compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The op on int8 values ``a``, ``b`` (int64 arrays), before the activation clamp."""
+        raise NotImplementedError
+
+    def eval(self, inputs):
+        a, b = inputs
+        return [self.table[a.view(np.uint8), b.view(np.uint8)]]
+
+
+def _rescale_to_common(s1: float, s2: float, left_shift: int):
+    """ADD/SUB/SQUARED_DIFFERENCE: input multipliers onto the common scale 2*max(s1, s2).
+
+    Mirrors the C++ types: the scales are float32, twice their maximum is a double.
+    """
+    twice_max = float(_F32(2) * max(_F32(s1), _F32(s2)))
+    m1 = quantize_multiplier(float(_F32(s1)) / twice_max)
+    m2 = quantize_multiplier(float(_F32(s2)) / twice_max)
+    return twice_max, m1, m2
+
+
+@register("ADD", "int8")
+@register("SUB", "int8")
+class Int8AddSub(_Int8Binary):
+    LEFT_SHIFT = 20
+
+    def _prepare_params(self):
+        twice_max, self.m1, self.m2 = _rescale_to_common(self.s1, self.s2, self.LEFT_SHIFT)
+        self.mo = quantize_multiplier(twice_max / float(_F32(1 << self.LEFT_SHIFT) * _F32(self.so)))
+        self.sign = 1 if self.ctx.name == "ADD" else -1
+
+    def _compute(self, a, b):
+        x1 = _mbqm((a - self.z1) << self.LEFT_SHIFT, *self.m1)
+        x2 = _mbqm((b - self.z2) << self.LEFT_SHIFT, *self.m2)
+        return _mbqm(x1 + self.sign * x2, *self.mo) + self.zo
+
+
+@register("SQUARED_DIFFERENCE", "int8")
+class Int8SquaredDifference(_Int8Binary):
+    LEFT_SHIFT = 7
+
+    def _prepare_params(self):
+        twice_max, self.m1, self.m2 = _rescale_to_common(self.s1, self.s2, self.LEFT_SHIFT)
+        self.mo = quantize_multiplier((twice_max * twice_max)
+                                      / float(_F32(1 << (2 * self.LEFT_SHIFT)) * _F32(self.so)))
+
+    def _compute(self, a, b):
+        x1 = _mbqm((a - self.z1) << self.LEFT_SHIFT, *self.m1)
+        x2 = _mbqm((b - self.z2) << self.LEFT_SHIFT, *self.m2)
+        d = x1 - x2
+        return _mbqm(d * d, *self.mo) + self.zo
+
+
+@register("MUL", "int8")
+class Int8Mul(_Int8Binary):
+    def _prepare_params(self):
+        self.m = quantize_multiplier(float(_F32(self.s1) * _F32(self.s2) / _F32(self.so)))
+
+    def _compute(self, a, b):
+        return _mbqm((a - self.z1) * (b - self.z2), *self.m) + self.zo
+
+
+def _rounding_divide_by_pot_x86(x, exponent):
+    """gemmlowp RoundingDivideByPOT as LiteRT's x86 build executes it, exponents of 32 and more
+    included (DIV reaches them for small dividends and large divisors): the mask
+    ``(int32)((1ll << e) - 1)`` is then -1 and the int32 shift count is taken mod 32, so the
+    result is ``(x >> (e - 32)) + (x >= 0)``."""
+    x = np.asarray(x, dtype=np.int64)
+    e = np.asarray(exponent, dtype=np.int64)
+    wide = e >= 32
+    normal = rounding_divide_by_pot(x, np.where(wide, 0, e))
+    return np.where(wide, (x >> (e & 31)) + (x >= 0), normal)
+
+
+@register("DIV", "int8")
+class Int8Div(_Int8Binary):
+    def _prepare_params(self):
+        self.m, self.shift = quantize_multiplier(float(_F32(self.s1) / (_F32(self.s2) * _F32(self.so))))
+
+    def _compute(self, a, b):
+        v1 = a - self.z1
+        v2 = b - self.z2
+        v2 = np.where(v2 == 0, 1, v2)  # a zero divisor is rejected in eval; keep the table finite
+        v1 = np.where(v2 < 0, -v1, v1)
+        v2 = np.abs(v2)
+        inv, recip_shift = get_reciprocal(v2, 31)
+        headroom = count_leading_sign_bits32(v1)
+        unscaled = saturating_rounding_doubling_high_mul(v1 << headroom, inv)
+        total_shift = self.shift - recip_shift - headroom
+        # MultiplyByQuantizedMultiplierSmallerThanOneExp; total_shift <= 0 for any int8 scales
+        scaled = _rounding_divide_by_pot_x86(saturating_rounding_doubling_high_mul(unscaled, self.m),
+                                             np.maximum(-total_shift, 0))
+        return scaled + self.zo
+
+    def eval(self, inputs):
+        if np.any(inputs[1] == self.z2):
+            raise InputMismatchError(f"DIV (node {self.ctx.index}): division by zero (divisor equals "
+                                     f"its zero point {self.z2})")
+        return super().eval(inputs)
+
+
+@register("MAXIMUM", "int8")
+@register("MINIMUM", "int8")
+class Int8MaxMin(Kernel):
+    """Compares the raw int8 values, as LiteRT does (inputs and output share one quantization)."""
+
+    def prepare(self):
+        _check_binary_types(self.ctx)
+        self.fn = _maximum if self.ctx.name == "MAXIMUM" else _minimum
+        return [broadcast_shape(self.ctx)]
+
+    def eval(self, inputs):
+        return [self.fn(inputs[0], inputs[1])]
+
+
+# --- unary ops ----------------------------------------------------------------------------------
+
+def _rsqrt_f32(x):
+    return _F32(1) / np.sqrt(x)
+
+
+def _exp_f32(x):
+    # glibc's expf is correctly rounded in practice; float64 exp rounded once to float32 matches it
+    return np.exp(x.astype(np.float64)).astype(np.float32)
+
+
+_UNARY_FLOAT = {"ABS": np.abs, "SQRT": np.sqrt, "RSQRT": _rsqrt_f32, "EXP": _exp_f32}
+
+
+@register("ABS", "float32")
+@register("SQRT", "float32")
+@register("RSQRT", "float32")
+@register("EXP", "float32")
+class FloatUnary(Kernel):
+    def prepare(self):
+        if self.ctx.output(0).dtype != "float32":
+            raise self.ctx.fail(f"output type {self.ctx.output(0).dtype} differs from the input's")
+        self.fn = _UNARY_FLOAT[self.ctx.name]
+        return [self.ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        with np.errstate(all="ignore"):
+            return [self.fn(inputs[0])]
+
+
+class _Int8Unary(Kernel):
+    """int8 unary op: the per-element definition ``_compute`` tabulated over the 256 inputs."""
+
+    #: inputs below the input zero point are rejected (SQRT, RSQRT)
+    NON_NEGATIVE = False
+
+    def prepare(self):
+        ctx = self.ctx
+        if ctx.output(0).dtype != "int8":
+            raise ctx.fail(f"output type {ctx.output(0).dtype} differs from the input's")
+        self.si, self.zi = qparams(ctx.input(0))
+        self.so, self.zo = qparams(ctx.output(0))
+        self.lut = np.clip(self._compute(_INT8_BY_BITS), -128, 127).astype(np.int8)
+        return [ctx.input_shape(0)]
+
+    def _compute(self, q: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if self.NON_NEGATIVE and np.any(x < self.zi):
+            raise InputMismatchError(f"{self.ctx.name} (node {self.ctx.index}) is only defined for "
+                                     f"non-negative values (an input is below its zero point {self.zi})")
+        return [self.lut[x.view(np.uint8)]]
+
+
+@register("ABS", "int8")
+class Int8Abs(_Int8Unary):
+    def _compute(self, q):
+        v = np.abs(q - self.zi)
+        if _F32(self.si) == _F32(self.so):
+            return v + self.zo
+        m = quantize_multiplier(float(_F32(self.si) / _F32(self.so)))
+        return _mbqm(v, *m) + self.zo
+
+
+@register("SQRT", "int8")
+class Int8Sqrt(_Int8Unary):
+    NON_NEGATIVE = True
+
+    def _compute(self, q):
+        real = _F32(self.si) * (q - self.zi).astype(np.float32)
+        with np.errstate(invalid="ignore"):
+            y = np.sqrt(real) / _F32(self.so)
+        return _wrap32(trunc_to_int32(y) + self.zo)
+
+
+@register("RSQRT", "int8")
+class Int8Rsqrt(_Int8Unary):
+    NON_NEGATIVE = True
+    SHIFT = 20  # keeps 1/sqrt(v) an integer
+
+    def _compute(self, q):
+        m, shift = quantize_multiplier(1.0 / float(np.sqrt(_F32(self.si)) * _F32(self.so)))
+        v = np.maximum(q - self.zi, 0)
+        inv, inv_shift = get_inv_sqrt_quantized_multiplier_exp(v, -1)
+        data = _mbqm(np.ones_like(v), inv, inv_shift + self.SHIFT)
+        out = _mbqm(data, m, shift - self.SHIFT) + self.zo
+        return np.where(v == 0, 127, out)
+
+
+@register("EXP", "int8")
+class Int8Exp(_Int8Unary):
+    def _compute(self, q):
+        real = _F32(self.si) * (q - self.zi).astype(np.float32)
+        with np.errstate(over="ignore"):
+            y = _exp_f32(real) * (_F32(1) / _F32(self.so))
+        # LiteRT's build saturates this float -> int conversion (an overflow gives 127, not INT_MIN)
+        return np.trunc(np.clip(round_half_away(y) + _F32(self.zo), -128, 127)).astype(np.int64)
