@@ -36,7 +36,9 @@ def quantized_activation_range(act: int, scale: float, zero_point: int, dtype: s
     qmin, qmax = QRANGE[dtype]
 
     def q(v: float) -> int:
-        return int(zero_point) + int(np.round(np.float32(v) / np.float32(scale)))
+        # float32 division, then std::round (half away from zero; np.round would round half to even)
+        r = float(np.float32(v) / np.float32(scale))
+        return int(zero_point) + int(np.sign(r) * np.floor(abs(r) + 0.5))
 
     if act == Activation.RELU:
         return max(qmin, q(0.0)), qmax
@@ -66,3 +68,106 @@ def conv_padding(padding: int, size: int, filt: int, stride: int, dilation: int,
     eff = (filt - 1) * dilation + 1
     total = max((out - 1) * stride + eff - size, 0)
     return total // 2, total - total // 2
+
+
+# --- integer GEMM on float BLAS and fast requantization (conv / fully-connected kernels) -------
+
+#: float32 represents every integer of magnitude <= 2^24 exactly.
+FLOAT32_EXACT = 1 << 24
+
+
+def exact_chunk(bound_a: float, bound_b: float) -> int:
+    """Longest reduction length K whose integer dot products stay exact in float32.
+
+    Any partial sum of K products |a*b| <= bound_a*bound_b is at most K*bound_a*bound_b in
+    magnitude, so BLAS may add the terms in any order and still be exact while that is <= 2^24.
+    """
+    return max(1, int(FLOAT32_EXACT // max(1.0, float(bound_a) * float(bound_b))))
+
+
+def exact_int_matmul(a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
+    """``a @ b`` for integer-valued float32 matrices, exactly.
+
+    ``chunk`` comes from :func:`exact_chunk`. When the reduction length K fits in one chunk the
+    float32 product is returned as is (every value an exact integer); longer reductions are split
+    into chunks whose exact float32 partial products are summed in float64 (exact below 2^53).
+    ``a`` is (..., K) and ``b`` is (K, N) or broadcastable (..., K, N).
+    """
+    k = a.shape[-1]
+    if k <= chunk:
+        return np.matmul(a, b)
+    acc = None
+    for k0 in range(0, k, chunk):
+        part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.float64)
+        acc = part if acc is None else np.add(acc, part, out=acc)
+    return acc
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C ``round()`` on float64 arrays: nearest integer, ties away from zero (np.rint ties to even)."""
+    r = np.rint(x)
+    t = np.trunc(x)
+    tie = np.abs(x - t) == 0.5
+    if tie.any():
+        r = np.where(tie, t + np.sign(x), r)
+    return r
+
+
+class Requantizer:
+    """int32 accumulators -> quantized output: ``clamp(MBQM(acc, m, shift) + zero_point, lo, hi)``.
+
+    Bit-exact with :func:`edgerun.ops.fixedpoint.multiply_by_quantized_multiplier` (TFLite's
+    MultiplyByQuantizedMultiplier with gemmlowp rounding) but with fewer numpy passes; ``m`` and
+    ``shift`` broadcast along the last axis (per-channel). The identities used, for int32 ``x``
+    and ``0 < m < 2^31``:
+
+    * SaturatingRoundingDoublingHighMul(x, m) == (x*m + 2^30) >> 31 (the saturating case needs
+      m == -2^31, which QuantizeMultiplier never produces; floor shift == gemmlowp's nudge then
+      truncation, for both signs);
+    * RoundingDivideByPOT(y, e) == (y + (2^e >> 1) - (y < 0 and e > 0)) >> e (half away from zero).
+
+    Accumulators are taken to fit int32 (TFLite's int32 accumulator); with a left shift they wrap
+    like TFLite's ``x * (1 << left_shift)``.
+    """
+
+    def __init__(self, multiplier, shift, zero_point: int, qmin: int, qmax: int, dtype=np.int8):
+        m = np.asarray(multiplier, dtype=np.int64)
+        sh = np.asarray(shift, dtype=np.int64)
+        m, sh = np.broadcast_arrays(m, sh)
+        self.m = np.ascontiguousarray(m)
+        left = np.maximum(sh, 0)
+        right = np.maximum(-sh, 0)
+        self.left = left if left.any() else None
+        self.right = np.ascontiguousarray(right)
+        self.half = (np.int64(1) << self.right) >> 1
+        self.neg_fix = (self.right > 0).astype(np.int64)
+        self.scalar_right = int(self.right.flat[0]) if self.right.size and (self.right == self.right.flat[0]).all() else None
+        self.zero_point = int(zero_point)
+        self.qmin, self.qmax = int(qmin), int(qmax)
+        self.dtype = dtype
+
+    def scale(self, acc: np.ndarray) -> np.ndarray:
+        """MultiplyByQuantizedMultiplier(acc, m, shift) as int64 (no zero point, no clamp)."""
+        x = np.asarray(acc, dtype=np.int64)
+        if self.left is not None:
+            x = (((x << self.left) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        y = x * self.m
+        y += 1 << 30
+        y >>= 31
+        if self.scalar_right is not None:
+            e = self.scalar_right
+            if e:
+                y += (1 << (e - 1))
+                y -= (y < (1 << (e - 1)))  # y was negative before adding the half
+                y >>= e
+            return y
+        y += self.half
+        y -= (y < self.half) * self.neg_fix
+        y >>= self.right
+        return y
+
+    def __call__(self, acc: np.ndarray) -> np.ndarray:
+        y = self.scale(acc)
+        y += self.zero_point
+        np.clip(y, self.qmin, self.qmax, out=y)
+        return y.astype(self.dtype)

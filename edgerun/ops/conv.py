@@ -1,0 +1,357 @@
+"""CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV (float32, int8), bit-exact with LiteRT's reference kernels.
+
+Layouts are TFLite's: activations NHWC, CONV_2D / TRANSPOSE_CONV filters OHWI, DEPTHWISE_CONV_2D
+filters 1HWC (C = in_channels * depth_multiplier, output channel ``c * dm + m`` reads input
+channel ``c``).
+
+int8 semantics (``reference_integer_ops::ConvPerChannel`` / ``DepthwiseConvPerChannel`` /
+``TransposeConv``), per output channel ``c``::
+
+    acc[c] = sum((x - x_zp) * w[c]) + bias[c]        (padding taps contribute nothing)
+    y[c]   = clamp(MBQM(acc[c], m[c], shift[c]) + y_zp, act_lo, act_hi)
+
+with ``(m[c], shift[c]) = QuantizeMultiplier(double(s_x) * double(s_w[c]) / double(s_y))``; a
+per-tensor filter scale is broadcast to every channel. Filter zero points are not used (the spec
+makes them 0). Products are summed on float BLAS: int8 x int8 products summed in float32 are exact
+while every partial sum stays below 2^24, and longer reductions are chunked
+(:func:`edgerun.ops.common.exact_int_matmul`). The input zero point is folded into the bias:
+``sum((x - zp) * w) = sum(x * w) - zp * sum(w)``, padding with ``zp`` so padded taps still
+contribute nothing. TRANSPOSE_CONV drops out-of-range contributions instead of padding, so it
+subtracts the zero point from the input directly.
+
+float32 semantics: the same sums in float32 (BLAS order, not the reference's loop order; LiteRT
+agreement is to float rounding) plus bias, then the fused activation as a clamp (TANH / SIGN_BIT
+are not applied by these ops, as in TFLite).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from edgerun.ops.common import (Requantizer, conv_output_size, conv_padding, exact_chunk, exact_int_matmul,
+                                float_activation_range, qparams, quantized_activation_range)
+from edgerun.ops.fixedpoint import quantize_multipliers
+from edgerun.ops.registry import Kernel, register
+from edgerun.schema.tflite import Padding
+
+
+def _window_view(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                 oh: int, ow: int) -> np.ndarray:
+    """(N, OH, OW, KH, KW, C) read-only view of the padded NHWC input ``xp`` (im2col without copying)."""
+    n, _, _, c = xp.shape
+    s0, s1, s2, s3 = xp.strides
+    return as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
+
+
+def _tap(xp: np.ndarray, ky: int, kx: int, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int) -> np.ndarray:
+    """The (N, OH, OW, C) input slice that filter tap (ky, kx) reads for every output pixel."""
+    y0, x0 = ky * dh, kx * dw
+    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
+
+
+def _conv_quant(ctx, x, n_channels: int) -> Requantizer:
+    """Per-output-channel (multiplier, shift) and the activation clamp, as PopulateConvolutionQuantizationParams."""
+    w, y = ctx.input(1), ctx.output(0)
+    if w.quant is None or w.quant.empty:
+        raise ctx.fail("int8 filter has no quantization parameters")
+    s_x, _ = qparams(x)
+    s_y, y_zp = qparams(y)
+    w_scales = np.asarray(w.quant.scale, dtype=np.float32)
+    if w_scales.size not in (1, n_channels):
+        raise ctx.fail(f"filter has {w_scales.size} scales for {n_channels} output channels")
+    w_scales = np.broadcast_to(w_scales, (n_channels,))
+    reals = [float(s_x) * float(s) / float(s_y) for s in w_scales]
+    mult, shift = quantize_multipliers(reals)
+    lo, hi = quantized_activation_range(ctx.options.get("fused_activation_function", 0), s_y, y_zp)
+    return Requantizer(mult, shift, y_zp, lo, hi)
+
+
+def _bias(ctx, index: int, n: int, dtype) -> np.ndarray:
+    """Constant bias of ``n`` values (zeros when the optional input is omitted)."""
+    t = ctx.input(index)
+    if t is None:
+        return np.zeros(n, dtype)
+    b = ctx.const(index)
+    if b is None:
+        raise ctx.fail("bias must be a constant tensor")
+    if b.size != n:
+        raise ctx.fail(f"bias has {b.size} values for {n} output channels")
+    return np.asarray(b, dtype).reshape(n)
+
+
+def _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw):
+    pad = opts.get("padding", Padding.SAME)
+    oh = conv_output_size(pad, h, kh, sh, dh)
+    ow = conv_output_size(pad, w, kw, sw, dw)
+    if oh <= 0 or ow <= 0:
+        raise ctx.fail(f"input {h}x{w} is smaller than the dilated {kh}x{kw} filter with VALID padding")
+    pt, pb = conv_padding(pad, h, kh, sh, dh, oh)
+    pl, pr = conv_padding(pad, w, kw, sw, dw, ow)
+    return oh, ow, pt, pb, pl, pr
+
+
+def _strides(ctx, opts, dilation=True):
+    sh, sw = int(opts.get("stride_h", 1)), int(opts.get("stride_w", 1))
+    dh = int(opts.get("dilation_h_factor", 1)) if dilation else 1
+    dw = int(opts.get("dilation_w_factor", 1)) if dilation else 1
+    if min(sh, sw, dh, dw) <= 0:
+        raise ctx.fail(f"strides ({sh}, {sw}) and dilations ({dh}, {dw}) must be positive")
+    return sh, sw, dh, dw
+
+
+class _PaddedInput:
+    """A preallocated padded NHWC buffer whose border holds a constant (0, or the input zero point)."""
+
+    def __init__(self, shape, pads, dtype, fill: float):
+        n, h, w, c = shape
+        pt, pb, pl, pr = pads
+        self.trivial = not any(pads)
+        self.buf = None if self.trivial else np.full((n, h + pt + pb, w + pl + pr, c), fill, dtype)
+        self.dtype = np.dtype(dtype)
+        self.interior = None if self.trivial else self.buf[:, pt:pt + h, pl:pl + w, :]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.trivial:
+            return x if x.dtype == self.dtype else x.astype(self.dtype)
+        np.copyto(self.interior, x, casting="unsafe")
+        return self.buf
+
+
+@register("CONV_2D", "float32", "int8")
+class Conv2D(Kernel):
+    """CONV_2D: im2col (a strided view copied once) times the OHWI filter as a (K, O) matrix.
+
+    Grouped convolution (input channels a multiple of the filter's) runs one GEMM per group, as
+    TFLite's reference kernel allows.
+    """
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
+        if len(x_shape) != 4 or len(w_shape) != 4:
+            raise ctx.fail(f"expects 4-D input and filter, got {list(x_shape)} and {list(w_shape)}")
+        n, h, w, c = x_shape
+        o, kh, kw, ci = w_shape
+        if ci <= 0 or c % ci or o % (c // ci):
+            raise ctx.fail(f"input has {c} channels, filter {ci} per group and {o} outputs")
+        self.groups = c // ci
+        sh, sw, dh, dw = _strides(ctx, opts)
+        oh, ow, pt, pb, pl, pr = _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw)
+        self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
+        self.out_shape = (n, oh, ow, o)
+        self.quantized = ctx.input(0).dtype == "int8"
+        wdata = ctx.const(1)
+        if wdata is None:
+            raise ctx.fail("filter must be a constant tensor")
+        # Filter as one (K, O/groups) matrix per group, K ordered (ky, kx, ci) like the im2col view.
+        g, og = self.groups, o // self.groups
+        wm = np.asarray(wdata, np.float32).reshape(g, og, kh * kw * ci).transpose(0, 2, 1)
+        self.wmats = [np.ascontiguousarray(wm[i]) for i in range(g)]
+        self.pointwise = kh == kw == 1 and sh == sw == 1 and not (pt or pb or pl or pr)
+        if self.quantized:
+            _, x_zp = qparams(ctx.input(0))
+            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, x_zp)
+            wint = np.asarray(wdata, np.int64).reshape(o, -1)
+            self.bias = _bias(ctx, 2, o, np.int64) - x_zp * wint.sum(axis=1)
+            self.chunk = exact_chunk(128, max(1, int(np.abs(wint).max(initial=0))))
+            self.requant = _conv_quant(ctx, ctx.input(0), o)
+        else:
+            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
+            self.bias = _bias(ctx, 2, o, np.float32)
+            self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
+        self.cols = None
+        return [self.out_shape]
+
+    def _matmul(self, a, wm):
+        return exact_int_matmul(a, wm, self.chunk) if self.quantized else np.matmul(a, wm)
+
+    def eval(self, inputs):
+        x = inputs[0]
+        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        n, _, _, o = self.out_shape
+        xp = self.pad(x)
+        m = n * oh * ow
+        if self.pointwise:
+            cols = xp.reshape(m, -1)
+        else:
+            if self.cols is None:
+                self.cols = np.empty((n, oh, ow, kh, kw, xp.shape[3]), np.float32)
+            np.copyto(self.cols, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
+            cols = self.cols.reshape(m, -1)
+        if self.groups == 1:
+            acc = self._matmul(cols, self.wmats[0])
+        else:
+            c = xp.shape[3]
+            ci = c // self.groups
+            cols_g = cols.reshape(m, kh * kw, self.groups, ci)
+            acc = np.concatenate([self._matmul(cols_g[:, :, i, :].reshape(m, -1), wm)
+                                  for i, wm in enumerate(self.wmats)], axis=1)
+        if self.quantized:
+            acc = acc.astype(np.int64)
+            acc += self.bias
+            return [self.requant(acc).reshape(self.out_shape)]
+        acc += self.bias
+        np.clip(acc, self.lo, self.hi, out=acc)
+        return [acc.reshape(self.out_shape)]
+
+
+@register("DEPTHWISE_CONV_2D", "float32", "int8")
+class DepthwiseConv2D(Kernel):
+    """DEPTHWISE_CONV_2D: a sum over the KH*KW filter taps of strided input slices times per-channel weights.
+
+    The depth multiplier is taken from the shapes (filter channels / input channels), as TFLite's
+    kernel does. float32 sums the taps in the reference's order (ky, kx), then adds the bias.
+    """
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
+        if len(x_shape) != 4 or len(w_shape) != 4 or w_shape[0] != 1:
+            raise ctx.fail(f"expects 4-D input and a 1HWC filter, got {list(x_shape)} and {list(w_shape)}")
+        n, h, w, c = x_shape
+        _, kh, kw, oc = w_shape
+        if c <= 0 or oc % c:
+            raise ctx.fail(f"filter has {oc} channels, not a multiple of the input's {c}")
+        self.dm = oc // c
+        sh, sw, dh, dw = _strides(ctx, opts)
+        oh, ow, pt, pb, pl, pr = _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw)
+        self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
+        self.out_shape = (n, oh, ow, oc)
+        self.quantized = ctx.input(0).dtype == "int8"
+        wdata = ctx.const(1)
+        if wdata is None:
+            raise ctx.fail("filter must be a constant tensor")
+        taps = kh * kw
+        if self.quantized:
+            _, x_zp = qparams(ctx.input(0))
+            wint = np.asarray(wdata, np.int64).reshape(taps, oc)
+            maxw = max(1, int(np.abs(wint).max(initial=0)))
+            # float32 accumulation stays exact while taps * 128 * max|w| <= 2^24
+            self.acc_dtype = np.float32 if taps <= exact_chunk(128, maxw) else np.float64
+            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), self.acc_dtype, x_zp)
+            self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
+            self.requant = _conv_quant(ctx, ctx.input(0), oc)
+        else:
+            self.acc_dtype = np.float32
+            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
+            self.bias = _bias(ctx, 2, oc, np.float32)
+            self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
+        wf = np.asarray(wdata, self.acc_dtype).reshape(kh, kw, oc)
+        self.w = wf if self.dm == 1 else wf.reshape(kh, kw, c, self.dm)
+        inner = (c,) if self.dm == 1 else (c, self.dm)
+        self.acc = np.empty((n, oh, ow) + inner, self.acc_dtype)
+        self.tmp = np.empty_like(self.acc)
+        return [self.out_shape]
+
+    def eval(self, inputs):
+        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        xp = self.pad(inputs[0])
+        acc, tmp = self.acc, self.tmp
+        first = True
+        for ky in range(kh):
+            for kx in range(kw):
+                xs = _tap(xp, ky, kx, sh, sw, dh, dw, oh, ow)
+                if self.dm != 1:
+                    xs = xs[..., None]
+                np.multiply(xs, self.w[ky, kx], out=acc if first else tmp)
+                if not first:
+                    acc += tmp
+                first = False
+        flat = acc.reshape(self.out_shape)
+        if self.quantized:
+            a = flat.astype(np.int64)
+            a += self.bias
+            return [self.requant(a)]
+        out = flat + self.bias
+        np.clip(out, self.lo, self.hi, out=out)
+        return [out]
+
+
+def _transpose_conv_key(ctx) -> str:
+    t = ctx.input(2)
+    return t.dtype if t is not None else ctx.output(0).dtype
+
+
+@register("TRANSPOSE_CONV", "float32", "int8", key=_transpose_conv_key)
+class TransposeConv(Kernel):
+    """TRANSPOSE_CONV (inputs: output_shape, OHWI weights, input, optional bias).
+
+    Each input pixel's contribution to every filter tap is one GEMM, ``(N*H*W, Cin) x (Cin,
+    KH*KW*Cout)``; the taps are then scatter-added into the output at ``in * stride - pad + k``
+    (out-of-range contributions dropped), the bias added, and for int8 the int32 sums
+    requantized per channel.
+    """
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        shape = ctx.const(0)
+        if shape is None:
+            raise ctx.fail("output_shape must be a constant (or constant-folded) tensor")
+        out_shape = tuple(int(v) for v in np.asarray(shape).reshape(-1))
+        x_shape, w_shape = ctx.input_shape(2), ctx.input_shape(1)
+        if len(out_shape) != 4 or len(x_shape) != 4 or len(w_shape) != 4:
+            raise ctx.fail(f"expects 4-D output_shape, input and weights, got {list(out_shape)}, "
+                           f"{list(x_shape)} and {list(w_shape)}")
+        n, h, w, ci = x_shape
+        co, kh, kw, wci = w_shape
+        on, oh, ow, oc = out_shape
+        if wci != ci or oc != co or on != n:
+            raise ctx.fail(f"shapes disagree: input {list(x_shape)}, weights {list(w_shape)}, "
+                           f"output {list(out_shape)}")
+        sh, sw, _, _ = _strides(ctx, opts, dilation=False)
+        pad = opts.get("padding", Padding.SAME)
+        # TFLite derives the padding as if this were a convolution from the output to the input.
+        if conv_output_size(pad, oh, kh, sh) != h or conv_output_size(pad, ow, kw, sw) != w:
+            raise ctx.fail(f"input {h}x{w} does not match output {oh}x{ow} with this padding and stride")
+        self.pt = conv_padding(pad, oh, kh, sh, 1, h)[0]
+        self.pl = conv_padding(pad, ow, kw, sw, 1, w)[0]
+        self.geom = (kh, kw, sh, sw)
+        self.out_shape = out_shape
+        # scatter buffer covers every out index in [-pad, (in-1)*stride - pad + k - 1] and the output
+        self.buf_h = max((h - 1) * sh + kh, self.pt + oh)
+        self.buf_w = max((w - 1) * sw + kw, self.pl + ow)
+        self.quantized = ctx.input(2).dtype == "int8"
+        wdata = ctx.const(1)
+        if wdata is None:
+            raise ctx.fail("weights must be a constant tensor")
+        if self.quantized:
+            _, self.x_zp = qparams(ctx.input(2))
+            maxa = max(127 - self.x_zp, self.x_zp + 128)
+            maxw = max(1, int(np.abs(np.asarray(wdata, np.int64)).max(initial=0)))
+            terms = ci * -(-kh // sh) * -(-kw // sw)
+            self.dtype = np.float32 if terms <= exact_chunk(maxa, maxw) else np.float64
+            self.bias = _bias(ctx, 3, co, np.int64)
+            self.requant = _conv_quant(ctx, ctx.input(2), co)
+        else:
+            self.dtype = np.float32
+            self.bias = _bias(ctx, 3, co, np.float32)
+            self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
+        # (Cin, KH*KW*Cout): column (ky, kx, co) holds w[co, ky, kx, :]
+        self.wmat = np.ascontiguousarray(np.asarray(wdata, self.dtype).transpose(3, 1, 2, 0).reshape(ci, -1))
+        self.buf = np.empty((n, self.buf_h, self.buf_w, co), self.dtype)
+        return [out_shape]
+
+    def eval(self, inputs):
+        x = inputs[2]
+        kh, kw, sh, sw = self.geom
+        n, h, w, ci = x.shape
+        co = self.out_shape[3]
+        xf = x.astype(self.dtype)
+        if self.quantized:
+            xf -= self.x_zp
+        cols = np.matmul(xf.reshape(-1, ci), self.wmat).reshape(n, h, w, kh, kw, co)
+        buf = self.buf
+        buf.fill(0)
+        for ky in range(kh):
+            for kx in range(kw):
+                buf[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (w - 1) * sw + 1:sw, :] += cols[:, :, :, ky, kx, :]
+        _, oh, ow, _ = self.out_shape
+        out = buf[:, self.pt:self.pt + oh, self.pl:self.pl + ow, :]
+        if self.quantized:
+            acc = out.astype(np.int64)
+            acc += self.bias
+            return [self.requant(acc)]
+        out = out + self.bias
+        np.clip(out, self.lo, self.hi, out=out)
+        return [out]

@@ -1,0 +1,198 @@
+"""FULLY_CONNECTED and BATCH_MATMUL (float32, int8), bit-exact with LiteRT's reference kernels.
+
+FULLY_CONNECTED: ``y = x @ W.T + bias`` with W of shape (units, K). The input is flattened to
+(batches, K) with ``batches = size(x) / K``; the output is (batches, units), or keeps the input's
+leading dimensions with ``keep_num_dims``. int8 (``reference_integer_ops::FullyConnected`` /
+``FullyConnectedPerChannel``)::
+
+    acc[c] = sum((x - x_zp) * (W[c] - w_zp)) + bias[c]       (w_zp only for per-tensor weights)
+    y[c]   = clamp(int32(round(double(acc[c]) * s_eff[c])) + y_zp, act_lo, act_hi)
+    s_eff[c] = double(s_x) * double(s_w[c]) / double(s_y)
+
+LiteRT's *reference* FC requantizes in double precision with ``round`` (half away from zero) since
+April 2025 ("Make the fully_connected ref kernel do requant in float"); its optimized kernels and
+TFLM still use the fixed-point MultiplyByQuantizedMultiplier, which can differ by one LSB. edgerun
+follows the reference kernel (its exactness oracle); :attr:`FullyConnected.fixed_point_requant`
+switches to the fixed-point rule.
+
+BATCH_MATMUL: ``matmul(adj_x ? x^T : x, adj_y ? y^T : y)`` over the last two axes, leading (batch)
+axes broadcast, ranks 2..5. int8 (``reference_ops::BatchMatMul``)::
+
+    acc = sum((x - x_zp) * (y - y_zp))
+    out = clamp(MBQM(acc, m, shift) + out_zp, -128, 127)   (no fused activation)
+
+with ``(m, shift) = QuantizeMultiplier(double(float(s_x * s_y)) / double(s_out))`` (the scale
+product is a float32 product, as GetQuantizedConvolutionMultipler computes it); an int32 output
+tensor receives ``acc`` unscaled. Integer sums run on float BLAS, exact as described in
+:mod:`edgerun.ops.conv`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.ops.common import (Requantizer, exact_chunk, exact_int_matmul, float_activation_range, qparams,
+                                quantized_activation_range, round_half_away)
+from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
+from edgerun.ops.registry import Kernel, register
+
+_INT32_MIN = -(1 << 31)
+
+
+@register("FULLY_CONNECTED", "float32", "int8")
+class FullyConnected(Kernel):
+    """FULLY_CONNECTED with constant or run-time weights, optional bias, fused clamp activations."""
+
+    #: False: LiteRT's reference requantization (double, round half away); True: fixed-point MBQM (TFLM, LiteRT optimized)
+    fixed_point_requant = False
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        if opts.get("weights_format", 0):
+            raise ctx.fail("shuffled weights formats are not supported")
+        w_t = ctx.input(1)
+        if w_t.sparsity is not None:
+            raise ctx.fail("sparse weights are not supported (DENSIFY them first)")
+        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
+        if len(w_shape) != 2:
+            raise ctx.fail(f"weights must be 2-D, got {list(w_shape)}")
+        units, k = w_shape
+        size = int(np.prod(x_shape, dtype=np.int64))
+        if k <= 0 or size % k:
+            raise ctx.fail(f"input {list(x_shape)} cannot be flattened into rows of {k}")
+        self.k, self.units = k, units
+        if opts.get("keep_num_dims", False):
+            if x_shape[-1] != k:
+                raise ctx.fail(f"keep_num_dims needs the input's last dimension ({x_shape[-1]}) to be {k}")
+            out_shape = tuple(x_shape[:-1]) + (units,)
+        else:
+            out_shape = (size // k, units)
+        self.out_shape = out_shape
+        self.quantized = ctx.input(0).dtype == "int8"
+        act = opts.get("fused_activation_function", 0)
+        w = ctx.const(1)
+        if self.quantized:
+            s_x, self.x_zp = qparams(ctx.input(0))
+            s_y, self.y_zp = qparams(ctx.output(0))
+            q = w_t.quant
+            if q is None or q.empty:
+                raise ctx.fail("int8 weights have no quantization parameters")
+            self.per_channel = q.scale.size > 1
+            if self.per_channel and (q.scale.size != units or q.quantized_dimension != 0):
+                raise ctx.fail(f"per-channel weights need {units} scales on axis 0, got {q.scale.size} "
+                               f"on axis {q.quantized_dimension}")
+            # per-channel weights are symmetric by spec: TFLite ignores their zero point
+            self.w_zp = 0 if self.per_channel else int(q.zero_point[0])
+            w_scales = np.asarray(q.scale, np.float32)
+            self.lo, self.hi = quantized_activation_range(act, s_y, self.y_zp)
+            self.eff = np.array([float(s_x) * float(s) / float(s_y) for s in w_scales])
+            if self.per_channel:
+                mult, shift = quantize_multipliers(self.eff)
+            else:
+                mult, shift = quantize_multiplier(float(np.float32(s_x) * w_scales[0]) / float(s_y))
+            self.requant = Requantizer(mult, shift, self.y_zp, self.lo, self.hi)
+            self.bias = self._int_bias()
+            self.wmat = None if w is None else self._int_weights(w)
+        else:
+            self.lo, self.hi = float_activation_range(act)
+            b = ctx.const(2)
+            if ctx.input(2) is not None and b is None:
+                raise ctx.fail("bias must be a constant tensor")
+            self.bias = None if b is None else np.asarray(b, np.float32).reshape(units)
+            self.wmat = None if w is None else np.ascontiguousarray(np.asarray(w, np.float32).T)
+        return [out_shape]
+
+    def _int_bias(self) -> np.ndarray:
+        b = self.ctx.const(2)
+        if self.ctx.input(2) is not None and b is None:
+            raise self.ctx.fail("bias must be a constant tensor")
+        return np.zeros(self.units, np.int64) if b is None else np.asarray(b, np.int64).reshape(self.units)
+
+    def _int_weights(self, w: np.ndarray):
+        """(K, units) float32 matrix of ``w - w_zp``, its exact-sum chunk and the zero-point-folded bias."""
+        wc = np.asarray(w, np.int64) - self.w_zp
+        chunk = exact_chunk(128, max(1, int(np.abs(wc).max(initial=0))))
+        bias = self.bias - self.x_zp * wc.sum(axis=1)
+        return np.ascontiguousarray(wc.T.astype(np.float32)), chunk, bias
+
+    def eval(self, inputs):
+        x, w = inputs[0], inputs[1]
+        rows = x.reshape(-1, self.k)
+        if not self.quantized:
+            wmat = self.wmat if self.wmat is not None else np.asarray(w, np.float32).T
+            y = np.matmul(rows, wmat)
+            if self.bias is not None:
+                y += self.bias
+            np.clip(y, self.lo, self.hi, out=y)
+            return [y.reshape(self.out_shape)]
+        wmat, chunk, bias = self.wmat if self.wmat is not None else self._int_weights(w)
+        acc = exact_int_matmul(rows.astype(np.float32), wmat, chunk).astype(np.int64)
+        acc += bias
+        if self.fixed_point_requant:
+            return [self.requant(acc).reshape(self.out_shape)]
+        v = round_half_away(acc * self.eff)
+        if np.abs(v).max(initial=0) >= 2.0 ** 31:  # C's out-of-range double -> int32 gives INT32_MIN on x86
+            v = np.where(np.abs(v) >= 2.0 ** 31, float(_INT32_MIN), v)
+        y = v.astype(np.int64) + self.y_zp
+        y = ((y - _INT32_MIN) & 0xFFFFFFFF) + _INT32_MIN  # int32 wrap of the zero-point add
+        np.clip(y, self.lo, self.hi, out=y)
+        return [y.astype(np.int8).reshape(self.out_shape)]
+
+
+@register("BATCH_MATMUL", "float32", "int8")
+class BatchMatMul(Kernel):
+    """BATCH_MATMUL with adj_x / adj_y and broadcast batch dimensions (numpy matmul broadcasting)."""
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        xs, ys = ctx.input_shape(0), ctx.input_shape(1)
+        if not (2 <= len(xs) <= 5 and 2 <= len(ys) <= 5):
+            raise ctx.fail(f"inputs must have rank 2 to 5, got {list(xs)} and {list(ys)}")
+        self.adj_x, self.adj_y = bool(opts.get("adj_x", False)), bool(opts.get("adj_y", False))
+        rows = xs[-1] if self.adj_x else xs[-2]
+        kx = xs[-2] if self.adj_x else xs[-1]
+        ky = ys[-1] if self.adj_y else ys[-2]
+        cols = ys[-2] if self.adj_y else ys[-1]
+        if kx != ky:
+            raise ctx.fail(f"inner dimensions differ: {list(xs)} (adj_x={self.adj_x}) and {list(ys)} "
+                           f"(adj_y={self.adj_y})")
+        try:
+            batch = np.broadcast_shapes(tuple(xs[:-2]), tuple(ys[:-2]))
+        except ValueError:
+            raise ctx.fail(f"batch dimensions {list(xs[:-2])} and {list(ys[:-2])} do not broadcast") from None
+        self.k = kx
+        self.out_shape = tuple(batch) + (rows, cols)
+        self.quantized = ctx.input(0).dtype == "int8"
+        if self.quantized:
+            if ctx.input(1).dtype != "int8":
+                raise ctx.fail(f"int8 x {ctx.input(1).dtype} batch matmul is not supported")
+            s_x, self.x_zp = qparams(ctx.input(0))
+            s_y, self.y_zp = qparams(ctx.input(1))
+            out = ctx.output(0)
+            self.int32_out = out.dtype == "int32"
+            if not self.int32_out:
+                s_o, o_zp = qparams(out)
+                mult, shift = quantize_multiplier(float(np.float32(s_x) * np.float32(s_y)) / float(s_o))
+                self.requant = Requantizer(mult, shift, o_zp, -128, 127)
+            self.chunk = exact_chunk(128, 128)
+        return [self.out_shape]
+
+    def eval(self, inputs):
+        x, y = inputs[0], inputs[1]
+        if self.adj_x:
+            x = np.swapaxes(x, -1, -2)
+        if self.adj_y:
+            y = np.swapaxes(y, -1, -2)
+        if not self.quantized:
+            return [np.matmul(x, y).reshape(self.out_shape)]
+        # sum((x - zx)(y - zy)) = sum(xy) - zy*rowsum(x) - zx*colsum(y) + K*zx*zy, with |x|, |y| <= 128
+        acc = exact_int_matmul(x.astype(np.float32), y.astype(np.float32), self.chunk).astype(np.int64)
+        if self.y_zp:
+            acc -= self.y_zp * x.sum(axis=-1, dtype=np.int64)[..., :, None]
+        if self.x_zp:
+            acc -= self.x_zp * y.sum(axis=-2, dtype=np.int64)[..., None, :]
+            acc += self.k * self.x_zp * self.y_zp
+        acc = np.broadcast_to(acc, self.out_shape)
+        if self.int32_out:
+            return [acc.astype(np.int32)]
+        return [self.requant(acc)]
