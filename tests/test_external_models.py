@@ -5,7 +5,6 @@ Fixtures are downloaded once with pip into a cache outside the repo
 wheel cannot be fetched.
 """
 
-import copy
 import os
 import struct
 import subprocess
@@ -64,18 +63,18 @@ def _compare(model: bytes, rtol=1e-4, atol=1e-4):
     return m
 
 
-@pytest.mark.parametrize("name, ops", [
-    ("face_detection_short_range.tflite", {"DEQUANTIZE", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D"}),
-    ("iris_landmark.tflite", {"PRELU", "PAD"}),
-    ("face_detection_full_range_sparse.tflite", {"DENSIFY", "DEPTH_TO_SPACE", "RESIZE_BILINEAR"}),
-    ("hand_landmark_lite.tflite", {"FULLY_CONNECTED", "LOGISTIC", "MEAN"}),
+@pytest.mark.parametrize("name, ops, fp16", [
+    ("face_detection_short_range.tflite", {"DEQUANTIZE", "CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D"}, True),
+    ("iris_landmark.tflite", {"PRELU", "PAD"}, False),
+    ("face_detection_full_range_sparse.tflite", {"DENSIFY", "DEPTH_TO_SPACE", "RESIZE_BILINEAR"}, True),
+    ("hand_landmark_lite.tflite", {"FULLY_CONNECTED", "LOGISTIC", "MEAN"}, True),
 ])
-def test_mediapipe_float16_models_match_litert(mediapipe_models, name, ops):
+def test_mediapipe_models_match_litert(mediapipe_models, name, ops, fp16):
     data = (mediapipe_models / name).read_bytes()
     m = _compare(data)
     assert ops <= {m.op_name(o) for o in m.main.operators}
-    # float16 weights stay float16 in the model and are dequantized by DEQUANTIZE nodes
-    assert any(t.dtype == "float16" for t in m.main.tensors) or "sparse" in name
+    # float16 weights stay float16 in the model and are expanded by DEQUANTIZE nodes
+    assert any(t.dtype == "float16" for t in m.main.tensors) == fp16
 
 
 def test_mediapipe_custom_op_model(mediapipe_models):
@@ -83,9 +82,7 @@ def test_mediapipe_custom_op_model(mediapipe_models):
     Python package does not register. edgerun runs the original; LiteRT runs the same model with
     the custom op rewritten into the builtin TRANSPOSE_CONV (output_shape, weights, input, bias)."""
     data = (mediapipe_models / "selfie_segmentation.tflite").read_bytes()
-    m = read_model(data)
-    rewritten = copy.deepcopy(m)
-    rewritten.buffers = list(m.buffers)
+    rewritten = read_model(data)  # a fresh object graph to edit
     g = rewritten.main
     rewritten.operator_codes.append(OperatorCode("TRANSPOSE_CONV", 3))
     found = 0
@@ -105,7 +102,9 @@ def test_mediapipe_custom_op_model(mediapipe_models):
     x = [_image((1, 256, 256, 3), seed=1)]
     want = run_litert(write_model(rewritten), x, reference=False, xnnpack=False)
     got = run_edgerun(data, x)
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4 * float(np.abs(want[0]).max()))
+    # 250 layers of float math summed in a different order: 1e-3 relative end to end
+    # (single ops are held to 1e-5 in the op tests).
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=1e-3 * float(np.abs(want[0]).max()))
 
 
 def test_sine_model_matches_litert(sine_model):
