@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError
+from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model
 from edgerun.ops.registry import EXECUTED, NodeContext, lookup
 from edgerun.runtime import planner
@@ -108,7 +108,17 @@ class SubgraphRunner:
         steps = []
         for ni, op in enumerate(g.operators):
             ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known)
-            cls, dtype = lookup(ctx, self.interp._custom_ops)
+            try:
+                cls, dtype = lookup(ctx, self.interp._custom_ops)
+            except UnsupportedOpError as e:
+                if not self.interp._delegates:
+                    raise
+                # no edgerun kernel: a delegate must claim this node (partition.apply_delegates
+                # raises this error otherwise); output shapes stay as stored in the model
+                step = Step(ctx.name, list(op.inputs), list(op.outputs), None, [ni], "", None)
+                step.error = e
+                steps.append(step)
+                continue
             kernel = cls(ctx)
             inputs_known = all(i < 0 or i in self.known for i in op.inputs)
             fold = (kernel.shape_only or (inputs_known and op.inputs)) and not any(

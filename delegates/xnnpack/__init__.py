@@ -1,0 +1,74 @@
+"""xnnpack: partitions (or the whole model) run by LiteRT with its XNNPACK delegate.
+
+The capability table follows the op visitors of LiteRT's XNNPACK delegate
+(``tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc``): which builtin ops it lowers, for which
+tensor types (float32, and int8 "QS8" for the quantized subset) and under which limits (static
+shapes, constant weights, at most 6 dimensions). A node XNNPACK itself would refuse still runs
+correctly inside the partition (LiteRT's own kernel takes it), but the table keeps edgerun's
+partitions to what XNNPACK accelerates.
+"""
+
+from __future__ import annotations
+
+from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition
+from edgerun_delegates import _rules as r
+
+F = frozenset({"float32"})
+FQ = frozenset({"float32", "int8", "uint8"})
+
+_CONV = (r.const_input(1, "filter"), r.const_input(2, "bias", optional=True), r.rank_in(4),
+         r.per_channel_symmetric_weights(1))
+
+OPS = {
+    "ABS": OpCaps(F), "ADD": OpCaps(FQ), "AVERAGE_POOL_2D": OpCaps(FQ, (r.rank_in(4),)),
+    "BATCH_MATMUL": OpCaps(F), "CEIL": OpCaps(F),
+    "CONCATENATION": OpCaps(FQ), "CONV_2D": OpCaps(FQ, _CONV, "filter and bias constant, 4-D input"),
+    "DEPTH_TO_SPACE": OpCaps(FQ), "DEPTHWISE_CONV_2D": OpCaps(FQ, _CONV, "filter and bias constant, 4-D input"),
+    "DEQUANTIZE": OpCaps(frozenset({"float32", "float16"})), "DIV": OpCaps(F), "ELU": OpCaps(FQ),
+    "FLOOR": OpCaps(F),
+    "FULLY_CONNECTED": OpCaps(FQ, (r.const_input(1, "weights"), r.const_input(2, "bias", optional=True),
+                                   r.per_channel_symmetric_weights(1)), "weights and bias constant"),
+    "GELU": OpCaps(F), "HARD_SWISH": OpCaps(FQ), "LEAKY_RELU": OpCaps(FQ), "LOGISTIC": OpCaps(FQ),
+    "MAX_POOL_2D": OpCaps(FQ, (r.rank_in(4),)), "MAXIMUM": OpCaps(F),
+    "MEAN": OpCaps(FQ, (r.const_input(1, "axes"),), "constant axes"), "MINIMUM": OpCaps(F),
+    "MUL": OpCaps(FQ), "NEG": OpCaps(F), "PAD": OpCaps(FQ, (r.const_input(1, "paddings"),), "constant paddings"),
+    "PRELU": OpCaps(FQ, (r.const_input(1, "alpha"),)), "QUANTIZE": OpCaps(frozenset({"int8", "uint8"})),
+    "RELU": OpCaps(F), "RELU6": OpCaps(F), "RELU_N1_TO_1": OpCaps(F),
+    "RESHAPE": OpCaps(FQ), "RESIZE_BILINEAR": OpCaps(FQ, (r.rank_in(4),)), "ROUND": OpCaps(F),
+    "RSQRT": OpCaps(F), "SLICE": OpCaps(FQ, (r.const_input(1, "begin"), r.const_input(2, "size"))),
+    "SOFTMAX": OpCaps(F, (lambda c: None if float(c.options.get("beta", 1.0)) == 1.0
+                          else f"beta={c.options.get('beta')} (only 1.0)",), "beta 1.0"),
+    "SPACE_TO_DEPTH": OpCaps(FQ), "SPLIT": OpCaps(FQ), "SQRT": OpCaps(F), "SQUARE": OpCaps(F),
+    "SQUARED_DIFFERENCE": OpCaps(FQ), "STRIDED_SLICE": OpCaps(FQ), "SUB": OpCaps(FQ),
+    "TANH": OpCaps(FQ), "TRANSPOSE": OpCaps(FQ, (r.const_input(1, "permutation"),)),
+    "TRANSPOSE_CONV": OpCaps(FQ, (r.const_input(0, "output shape"), r.const_input(1, "filter"))),
+}
+
+
+class XnnpackDelegate(Delegate):
+    """Runs each partition as a sub-model in LiteRT with XNNPACK.
+
+    Config: ``num_threads`` (LiteRT's thread count).
+    """
+
+    name = "xnnpack"
+    capabilities = CapabilityTable("xnnpack", OPS,
+                                   node_constraints=(r.static_shapes, r.max_rank(6), r.per_tensor_activations))
+    install_hint = "install LiteRT: pip install 'edgerun[litert]' (ai-edge-litert)"
+
+    def is_available(self) -> Availability:
+        try:
+            from edgerun._litert import interpreter_module
+            mod = interpreter_module()
+        except Exception as e:  # DelegateUnavailableError or a broken install
+            return Availability(False, str(e))
+        return Availability(True, f"LiteRT ({mod.__name__}) with its built-in XNNPACK delegate")
+
+    def prepare(self, partition: Partition):
+        from edgerun_delegates._tflite_kernel import LiteRtKernel
+
+        try:
+            return LiteRtKernel(partition.to_bytes(), xnnpack=True,
+                                num_threads=self.config.get("num_threads"))
+        except ImportError as e:
+            raise self.unavailable(str(e)) from e
