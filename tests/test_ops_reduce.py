@@ -77,3 +77,18 @@ def test_sum_int8_litert_reads_uint8():
     assert got.min() >= 0 and got.max() <= 127 and got.max() > 10
     neg = np.full((2, 5, 3), -8, np.int8)
     assert not np.array_equal(run_edgerun(m, [neg])[0], run_litert(m, [neg])[0])
+
+
+@pytest.mark.parametrize("shape,axes,keep", CASES)
+def test_reduce_max_int8(shape, axes, keep):
+    q = (0.05, -10)
+    compare_with_litert(_model("REDUCE_MAX", "int8", shape, axes, keep, q, q), seed=3)
+
+
+def test_mean_int8_extreme_inputs():
+    """All-min and all-max inputs exercise the clamps and the rounding of large sums."""
+    m = _model("MEAN", "int8", (1, 9, 9, 3), [1, 2], True, (0.3, 5), (0.01, -3))
+    for v in (-128, 127):
+        compare_with_litert(m, [np.full((1, 9, 9, 3), v, np.int8)])
+    m = _model("MEAN", "int8", (2, 300), [1], False, (0.02, 0), (0.02, 0))  # n > 256, same scale
+    compare_with_litert(m, seed=9)

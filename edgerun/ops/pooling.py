@@ -16,8 +16,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from edgerun.ops.common import (apply_float_activation, conv_output_size, conv_padding, qparams,
-                                quantized_activation_range)
+from edgerun.ops.common import (
+    apply_float_activation,
+    conv_output_size,
+    conv_padding,
+    qparams,
+    quantized_activation_range,
+)
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Activation, Padding
 
