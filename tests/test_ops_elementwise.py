@@ -1,0 +1,274 @@
+"""ADD, SUB, MUL, DIV, SQUARED_DIFFERENCE, MAXIMUM, MINIMUM, ABS, SQRT, RSQRT, EXP against LiteRT's
+reference kernels: int8 bit-exact, float32 within rtol 1e-5.
+
+Quantization configurations are chosen per op so that both requantization regimes are exercised
+(real multipliers below and above 1, zero points at the edges of the int8 range) while the int8
+outputs stay informative: ``_assert_informative`` rejects outputs that are mostly saturated or
+nearly constant, where exact equality would prove little.
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+
+from edgerun.errors import InputMismatchError, ModelFormatError, UnsupportedOpError
+from edgerun.ir import ModelBuilder
+from edgerun.schema.tflite import Activation
+from edgerun.testing import compare_with_litert, run_edgerun, run_litert
+
+NONE, RELU, RELU6, RELU_N1 = Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1
+FUSED = ("ADD", "SUB", "MUL", "DIV")
+BINARY = ("ADD", "SUB", "MUL", "DIV", "SQUARED_DIFFERENCE", "MAXIMUM", "MINIMUM")
+
+# (shape1, shape2): same shape, scalar, mutual 4-D broadcast, rank-mismatched 5-D broadcast
+SHAPES = [((3, 4, 5), (3, 4, 5)),
+          ((2, 3, 4), (1,)),
+          ((2, 1, 4, 1), (1, 3, 1, 5)),
+          ((2, 1, 3, 1, 4), (2, 1, 3, 1))]
+
+
+def _binary_model(op, dtype, s1, s2, q1=None, q2=None, qo=None, act=None):
+    b = ModelBuilder()
+    x = b.input("x", s1, dtype, q1)
+    z = b.input("z", s2, dtype, q2)
+    y = b.tensor("y", np.broadcast_shapes(s1, s2), dtype, qo)
+    opts = {"fused_activation_function": act} if act is not None else {}
+    b.op(op, [x, z], [y], **opts)
+    b.output(y)
+    return b.to_bytes()
+
+
+def _unary_model(op, dtype, shape, qi=None, qo=None):
+    b = ModelBuilder()
+    x = b.input("x", shape, dtype, qi)
+    y = b.tensor("y", shape, dtype, qo)
+    b.op(op, [x], [y])
+    b.output(y)
+    return b.to_bytes()
+
+
+def _int8_around(rng, shape, zp, spread):
+    """int8 values within ``spread`` of the zero point (clipped), or the whole range for spread 128."""
+    if spread >= 128:
+        return rng.integers(-128, 128, size=shape).astype(np.int8)
+    return np.clip(zp + rng.integers(-spread, spread + 1, size=shape), -128, 127).astype(np.int8)
+
+
+def _nonzero_divisor(b, zp, min_abs=16):
+    """Divisors at least ``min_abs`` steps from the zero point: tiny divisors saturate DIV."""
+    v = b.astype(np.int64) - zp
+    up = np.where(zp + min_abs <= 127, min_abs, -min_abs)
+    v = np.where(np.abs(v) < min_abs, np.where((v < 0) & (zp - min_abs >= -128), -min_abs, up), v)
+    return np.clip(zp + v, -128, 127).astype(np.int8)
+
+
+def _assert_informative(y, min_distinct=6):
+    y = np.asarray(y).astype(np.int64)
+    saturated = np.mean((y == -128) | (y == 127))
+    distinct = len(np.unique(y))
+    assert saturated <= 0.5, f"{saturated:.0%} of the int8 outputs are saturated"
+    assert distinct >= min(min_distinct, y.size), f"only {distinct} distinct int8 outputs"
+
+
+# --- int8 binary ops -----------------------------------------------------------------------------
+
+# per op: [(q1, q2, qo, spread1, spread2)], the first with a real multiplier < 1, the second > 1
+# (for ADD/SUB/SQUARED_DIFFERENCE: input scale over output scale), the third with inputs whose zero
+# points sit at the ends of the int8 range (one-signed real inputs)
+INT8_CONFIGS = {
+    "ADD": [((0.05, -3), (0.08, 10), (0.1, 5), 128, 128),
+            ((0.2, 20), (0.15, -7), (0.05, -2), 20, 20),
+            ((0.04, -128), (0.03, 127), (0.06, -20), 128, 128)],
+    "SUB": [((0.05, -3), (0.08, 10), (0.1, 5), 128, 128),
+            ((0.2, 20), (0.15, -7), (0.05, -2), 20, 20),
+            ((0.04, 127), (0.03, -128), (0.08, 100), 128, 128)],
+    "MUL": [((0.05, 4), (0.04, -6), (0.2, 3), 128, 128),      # s1 s2 / so = 0.01
+            ((0.3, -5), (0.2, 8), (0.04, 1), 9, 9),            # 1.5
+            ((0.02, -128), (0.03, 127), (0.2, 100), 128, 128)],
+    "DIV": [((0.02, 5), (0.1, -3), (0.05, 0), 128, 128),      # s1 / (s2 so) = 4
+            ((0.05, -10), (0.2, 12), (0.5, 2), 128, 6),        # 0.5; small divisors, large quotients
+            ((0.03, -128), (0.02, 127), (0.5, 100), 128, 128)],
+    "SQUARED_DIFFERENCE": [((0.05, -3), (0.05, 7), (1.0, -128), 128, 128),
+                           ((0.1, 4), (0.12, -9), (0.05, -128), 12, 12),
+                           ((0.02, 127), (0.03, -128), (0.5, -128), 128, 128)],
+    "MAXIMUM": [((0.1, 3), (0.1, 3), (0.1, 3), 128, 128),
+                ((0.05, -128), (0.05, -128), (0.05, -128), 128, 128)],
+    "MINIMUM": [((0.1, 3), (0.1, 3), (0.1, 3), 128, 128),
+                ((0.05, 127), (0.05, 127), (0.05, 127), 128, 128)],
+}
+INT8_CASES = [(op, i, shapes) for op, cfgs in INT8_CONFIGS.items()
+              for i in range(len(cfgs)) for shapes in SHAPES]
+
+
+@pytest.mark.parametrize("op,cfg,shapes", INT8_CASES,
+                         ids=[f"{op}-q{i}-{len(s[0])}d{len(s[1])}d" for op, i, s in INT8_CASES])
+def test_binary_int8(op, cfg, shapes):
+    q1, q2, qo, sp1, sp2 = INT8_CONFIGS[op][cfg]
+    s1, s2 = shapes
+    rng = np.random.default_rng(zlib.crc32(repr((op, cfg, s1, s2)).encode()))
+    a = _int8_around(rng, s1, q1[1], sp1)
+    b = _int8_around(rng, s2, q2[1], sp2)
+    if op == "DIV":
+        b = _nonzero_divisor(b, q2[1], min_abs=1 if sp2 < 16 else 16)
+    act = NONE if op in FUSED else None
+    got = compare_with_litert(_binary_model(op, "int8", s1, s2, q1, q2, qo, act), [a, b])
+    _assert_informative(got[0], min_distinct=min(6, got[0].size))
+
+
+@pytest.mark.parametrize("op", FUSED)
+@pytest.mark.parametrize("act", [RELU, RELU6, RELU_N1])
+def test_binary_int8_fused_activation(op, act):
+    q1, q2, qo, sp1, sp2 = INT8_CONFIGS[op][0]
+    if op == "DIV":
+        q1, q2 = (0.08, 5), (0.05, -3)  # quotients of order 1, so RELU_N1_TO_1 clamps both ways
+    qo = (0.02, -20)  # a fine output scale puts the activation bounds inside the int8 range
+    rng = np.random.default_rng(7)
+    a = _int8_around(rng, (4, 6, 8), q1[1], sp1)
+    b = _int8_around(rng, (6, 1), q2[1], sp2)
+    if op == "DIV":
+        b = _nonzero_divisor(b, q2[1])
+    got = compare_with_litert(_binary_model(op, "int8", (4, 6, 8), (6, 1), q1, q2, qo, act), [a, b])[0]
+    lo = max(-128, qo[1] + round((-1.0 if act == RELU_N1 else 0.0) / qo[0]))
+    assert got.min() >= lo and np.any(got == lo), "the activation's lower bound is not reached"
+    assert len(np.unique(got)) >= 6
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL", "DIV", "SQUARED_DIFFERENCE"])
+@pytest.mark.parametrize("cfg", [0, 1])
+def test_binary_int8_every_input_pair(op, cfg):
+    """All 256 x 256 input pairs (255 divisors for DIV): the whole int8 function, not a sample."""
+    q1, q2, qo, _, _ = INT8_CONFIGS[op][cfg]
+    a = np.arange(-128, 128, dtype=np.int8).reshape(256, 1)
+    b = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+    if op == "DIV":
+        b = b[b != q2[1]].reshape(1, 255)
+    got = compare_with_litert(_binary_model(op, "int8", a.shape, b.shape, q1, q2, qo,
+                                            NONE if op in FUSED else None), [a, b])
+    assert len(np.unique(got[0])) >= 20
+
+
+def test_div_int8_by_zero_point_raises():
+    a = np.array([1, 2, 3, 4], np.int8)
+    b = np.array([1, -3, 2, 5], np.int8)  # -3 is the divisor's zero point, i.e. a real 0
+    model = _binary_model("DIV", "int8", (4,), (4,), (0.1, 0), (0.1, -3), (0.1, 0), NONE)
+    with pytest.raises(Exception):
+        run_litert(model, [a, b])
+    with pytest.raises(InputMismatchError, match="division by zero"):
+        run_edgerun(model, [a, b])
+
+
+# --- float32 and int32 binary ops ---------------------------------------------------------------
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("shapes", SHAPES, ids=[f"{len(a)}d{len(b)}d" for a, b in SHAPES])
+def test_binary_float32(op, shapes):
+    s1, s2 = shapes
+    rng = np.random.default_rng(11)
+    a = rng.normal(scale=2.0, size=s1).astype(np.float32)
+    b = rng.normal(scale=2.0, size=s2).astype(np.float32)
+    if op == "DIV":
+        b = np.where(np.abs(b) < 0.1, 0.5, b).astype(np.float32)
+    compare_with_litert(_binary_model(op, "float32", s1, s2, act=NONE if op in FUSED else None), [a, b])
+
+
+@pytest.mark.parametrize("op", FUSED)
+@pytest.mark.parametrize("act", [RELU, RELU6, RELU_N1])
+def test_binary_float32_fused_activation(op, act):
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-8, 8, size=(3, 1, 4)).astype(np.float32)
+    b = rng.uniform(0.5, 3, size=(5, 4)).astype(np.float32) * rng.choice([-1, 1], size=(5, 4)).astype(np.float32)
+    got = compare_with_litert(_binary_model(op, "float32", a.shape, b.shape, act=act), [a, b])[0]
+    lo, hi = {RELU: (0, np.inf), RELU6: (0, 6), RELU_N1: (-1, 1)}[act]
+    assert got.min() == lo and got.max() <= hi
+
+
+def test_binary_float32_special_values():
+    """inf, NaN, overflow and division by zero: the arithmetic ops clamp to +-FLT_MAX, as LiteRT's
+    ActivationFunctionWithMinMax does, and MAXIMUM/MINIMUM keep LiteRT's NaN rule."""
+    a = np.array([3e38, np.inf, np.nan, 1, -3e38, 0, 2, -1, -np.inf, 5], np.float32)
+    b = np.array([3e38, 1, 1, np.nan, -3e38, 0, 0, 0, 2, -np.inf], np.float32)
+    for op in BINARY:
+        got = compare_with_litert(_binary_model(op, "float32", (10,), (10,),
+                                                act=NONE if op in FUSED else None), [a, b])[0]
+        if op == "ADD":
+            assert got[0] == np.finfo(np.float32).max
+        if op == "MAXIMUM":
+            assert got[2] == 1 and np.isnan(got[3])
+
+
+INT32_CASES = [("ADD", NONE), ("ADD", RELU), ("SUB", RELU6), ("MUL", NONE), ("MUL", RELU_N1),
+               ("MAXIMUM", None), ("MINIMUM", None)]
+
+
+@pytest.mark.parametrize("op,act", INT32_CASES)
+def test_binary_int32(op, act):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1000, 1000, size=(2, 3, 4)).astype(np.int32)
+    b = rng.integers(-1000, 1000, size=(3, 1)).astype(np.int32)
+    a[0, 0, 0], b[0, 0] = 2**31 - 1, 7  # ADD and MUL wrap around like the C++ kernels
+    compare_with_litert(_binary_model(op, "int32", a.shape, b.shape, act=act), [a, b])
+
+
+def test_incompatible_broadcast_raises():
+    model = _binary_model("ADD", "float32", (2, 3), (2, 3), act=NONE)
+    from edgerun.runtime.interpreter import Interpreter
+    it = Interpreter(model_content=model)
+    it.resize_tensor_input(it.get_input_details()[1]["index"], (4, 3))
+    with pytest.raises(ModelFormatError, match="do not broadcast"):
+        it.allocate_tensors()
+
+
+def test_unsupported_activation_raises():
+    model = _binary_model("ADD", "float32", (2, 3), (2, 3), act=Activation.TANH)
+    with pytest.raises(UnsupportedOpError):
+        run_edgerun(model, [np.zeros((2, 3), np.float32)] * 2)
+
+
+# --- unary ops ------------------------------------------------------------------------------------
+
+UNARY_INT8 = {
+    # (qi, qo): multiplier si/so > 1 and < 1, zero points at the edges
+    "ABS": [((0.05, -3), (0.03, -100)), ((0.02, 10), (0.05, -128)), ((0.1, 127), (0.1, -128))],
+    "SQRT": [((0.05, -3), (0.03, -100)), ((0.1, -128), (0.02, -128)), ((0.003, 20), (0.005, -128))],
+    "RSQRT": [((0.05, -3), (0.03, -128)), ((0.1, -128), (0.004, -128)), ((0.01, 50), (0.05, -120))],
+    "EXP": [((0.02, 0), (0.05, -128)), ((0.03, -30), (0.5, -128)), ((0.01, -128), (0.1, -128))],
+}
+UNARY_CASES = [(op, i) for op, cfgs in UNARY_INT8.items() for i in range(len(cfgs))]
+
+
+@pytest.mark.parametrize("op,cfg", UNARY_CASES, ids=[f"{op}-q{i}" for op, i in UNARY_CASES])
+def test_unary_int8_every_input(op, cfg):
+    qi, qo = UNARY_INT8[op][cfg]
+    lo = qi[1] if op in ("SQRT", "RSQRT") else -128  # both are defined on non-negative reals only
+    x = np.arange(lo, 128, dtype=np.int64).astype(np.int8)
+    x = np.concatenate([x, x[::-1]]).reshape(2, -1)
+    got = compare_with_litert(_unary_model(op, "int8", x.shape, qi, qo), [x])[0]
+    _assert_informative(got, min_distinct=6)
+
+
+@pytest.mark.parametrize("op", ["SQRT", "RSQRT"])
+def test_unary_int8_negative_input_raises(op):
+    model = _unary_model(op, "int8", (3,), (0.1, 0), (0.1, 0))
+    x = np.array([4, -1, 9], np.int8)
+    with pytest.raises(Exception):
+        run_litert(model, [x])
+    with pytest.raises(InputMismatchError, match="non-negative"):
+        run_edgerun(model, [x])
+
+
+@pytest.mark.parametrize("op", ["ABS", "SQRT", "RSQRT", "EXP"])
+def test_unary_float32(op):
+    rng = np.random.default_rng(2)
+    if op in ("SQRT", "RSQRT"):
+        x = rng.uniform(1e-3, 50, size=(4, 5, 6))
+    else:
+        x = rng.uniform(-10, 10, size=(4, 5, 6))
+    x = x.astype(np.float32)
+    compare_with_litert(_unary_model(op, "float32", x.shape), [x])
+
+
+def test_unary_float32_special_values():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-30, 88.8, -104.0], np.float32)
+    for op in ("ABS", "SQRT", "RSQRT", "EXP"):
+        compare_with_litert(_unary_model(op, "float32", x.shape), [x])
