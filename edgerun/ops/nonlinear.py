@@ -1,0 +1,387 @@
+"""SOFTMAX, LOG_SOFTMAX, LOGISTIC, TANH, LEAKY_RELU, PRELU, HARD_SWISH (float32, int8).
+
+The int8 kernels follow the kernels LiteRT's reference resolver (BUILTIN_REF) registers, bit for bit:
+
+* LOGISTIC, TANH: a 256-entry table built in prepare from float32 math (TFLite ``LUTPopulate``):
+  ``q_out = clamp(round_half_away(f(s_in * (q - zp_in)) / s_out) + zp_out)``.
+* SOFTMAX: gemmlowp fixed point. Differences to the row maximum are scaled by beta * s_in into
+  Q5.26, exponentiated by ``exp_on_negative_values``, summed in Q12.19 and divided through a
+  fixed-point reciprocal; the output is fixed at scale 1/256, zero point -128.
+* LOG_SOFTMAX: the same exponentials, then ``log_x_for_x_greater_than_or_equal_to_1`` of the sum;
+  output fixed at scale 16/256, zero point 127.
+* LEAKY_RELU, PRELU: two requantization multipliers, one for x >= 0 and one for the alpha branch.
+* HARD_SWISH: TFLite's int16 fixed-point pipeline (``reference_ops::HardSwish``).
+
+Multipliers are derived from the float32 scales exactly as the C++ Prepare functions do: where
+C++ combines ``float`` scales (``input->params.scale / output->params.scale``) the arithmetic is
+float32, where it casts to ``double`` first (softmax) it is float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from edgerun.ops.common import qparams
+from edgerun.ops.fixedpoint import (INT32_MIN, exp_on_negative_values, get_reciprocal,
+                                    log_x_for_x_greater_than_or_equal_to_1, multiply_by_quantized_multiplier,
+                                    quantize_multiplier, rescale, rounding_divide_by_pot,
+                                    saturating_rounding_doubling_high_mul)
+from edgerun.ops.registry import Kernel, register
+
+_F32 = np.float32
+
+
+def _round_half_away(v: np.ndarray) -> np.ndarray:
+    """C ``roundf``: halves away from zero (float64 keeps v + 0.5 exact for float32 v)."""
+    v = np.asarray(v, dtype=np.float64)
+    return np.copysign(np.floor(np.abs(v) + 0.5), v)
+
+
+def _f32_ratio(*factors_then_divisor: float) -> float:
+    """a * b * ... / d evaluated left to right in float32, as C++ does on ``float`` scales."""
+    *factors, divisor = factors_then_divisor
+    acc = _F32(factors[0])
+    for f in factors[1:]:
+        acc = _F32(acc * _F32(f))
+    return float(_F32(acc / _F32(divisor)))
+
+
+def _int8_lut(s_in: float, zp_in: int, s_out: float, zp_out: int, fn) -> np.ndarray:
+    """TFLite LUTPopulate<int8_t>: a table indexed by the input's uint8 bit pattern."""
+    q = np.arange(-128, 128, dtype=np.int64)
+    x = _F32(s_in) * (q - zp_in).astype(_F32)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        y = fn(x)
+    scaled = _round_half_away(y * (_F32(1.0) / _F32(s_out)))
+    out = np.clip(scaled + zp_out, -128, 127).astype(np.int8)
+    lut = np.empty(256, dtype=np.int8)
+    lut[q.astype(np.uint8)] = out
+    return lut
+
+
+# The float32 transforms inside LUTPopulate. libm's tanhf/expf are evaluated here in float64 and
+# rounded to float32, i.e. correctly rounded; glibc's are within 1-2 ulp of that, which moves a
+# table entry only when f(x) / s_out lies within ~1e-7 of a .5 boundary.
+def _tanh_f32(x: np.ndarray) -> np.ndarray:
+    return np.tanh(x.astype(np.float64)).astype(_F32)
+
+
+def _logistic_f32(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-x.astype(np.float64)).astype(_F32)
+    return (_F32(1.0) / (_F32(1.0) + e)).astype(_F32)
+
+
+class _LutKernel(Kernel):
+    """int8 via a 256-entry table from prepare; float32 via ``float_fn``."""
+
+    def prepare(self):
+        ctx = self.ctx
+        x, y = ctx.input(0), ctx.output(0)
+        if x.dtype != y.dtype:
+            raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
+        if x.dtype == "int8":
+            s_in, zp_in = qparams(x)
+            s_out, zp_out = qparams(y)
+            self.check_output(s_out, zp_out)
+            self.lut = _int8_lut(s_in, zp_in, s_out, zp_out, self.lut_fn)
+        return [ctx.input_shape(0)]
+
+    def check_output(self, scale: float, zero_point: int) -> None:
+        pass
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.int8:
+            return [self.lut[x.view(np.uint8)]]
+        return [self.float_fn(x)]
+
+
+@register("LOGISTIC", "float32", "int8")
+class Logistic(_LutKernel):
+    """y = 1 / (1 + exp(-x)). int8 output must be scale 1/256, zero point -128 (LiteRT checks it)."""
+
+    lut_fn = staticmethod(_logistic_f32)
+
+    def check_output(self, scale, zero_point):
+        if _F32(scale) != _F32(1.0 / 256) or zero_point != -128:
+            raise self.ctx.fail(f"int8 LOGISTIC needs output scale 1/256 and zero point -128, "
+                                f"got {scale!r} and {zero_point}")
+
+    @staticmethod
+    def float_fn(x):
+        # reference_ops::Logistic: exp(x) below -9, 1 above 16.619047, else 1 / (1 + exp(-x))
+        with np.errstate(over="ignore"):
+            mid = _F32(1.0) / (_F32(1.0) + np.exp(-x))
+        y = np.where(x > _F32(16.619047164916992188), _F32(1.0), np.where(x < _F32(-9.0), np.exp(x), mid))
+        return y.astype(_F32)
+
+
+@register("TANH", "float32", "int8")
+class Tanh(_LutKernel):
+    """y = tanh(x). The spec's int8 output is scale 1/128, zero point 0; like LiteRT, the table
+    accepts any output quantization."""
+
+    lut_fn = staticmethod(_tanh_f32)
+
+    @staticmethod
+    def float_fn(x):
+        return np.tanh(x).astype(_F32)
+
+
+# Softmax input differences are scaled into Q5.26 before exp (kScaledDiffIntegerBits in TFLite)
+# and the sum of exps is kept in Q12.19 (kAccumulationIntegerBits).
+_DIFF_BITS = 5
+_ACCUM_BITS = 12
+
+
+def _softmax_scaling(beta: float, s_in: float, ctx) -> tuple[int, int, int]:
+    """TFLite PreprocessSoftmaxScaling + CalculateInputRadius: (multiplier, left_shift, diff_min)."""
+    real = min(float(beta) * float(s_in) * (1 << (31 - _DIFF_BITS)), (1 << 31) - 1.0)
+    if not real > 1.0:
+        raise ctx.fail(f"beta * input scale = {beta * s_in!r} is too small for the int8 kernel "
+                       f"(TFLite needs beta * scale * 2^26 > 1)")
+    mult, shift = quantize_multiplier(real)
+    radius = math.floor(((1 << _DIFF_BITS) - 1) * float(1 << (31 - _DIFF_BITS)) / float(1 << shift))
+    return mult, shift, -radius
+
+
+def _scaled_diffs(x: np.ndarray, mult: int, shift: int, diff_min: int):
+    """Row-wise (x - max) scaled into Q5.26; ``valid`` marks the entries TFLite does not skip."""
+    x = x.astype(np.int64)
+    diff = x - x.max(axis=-1, keepdims=True)
+    valid = diff >= diff_min
+    # MultiplyByQuantizedMultiplierGreaterThanOne; diff_min keeps diff * 2^shift inside int32
+    scaled = saturating_rounding_doubling_high_mul(np.where(valid, diff, 0) << shift, mult)
+    return diff, valid, scaled
+
+
+@register("SOFTMAX", "float32", "int8")
+class Softmax(Kernel):
+    """y = exp(beta * (x - max)) / sum(exp(beta * (x - max))) over the last axis.
+
+    int8 input gives int8 output (scale 1/256, zero point -128) or int16 output (the kernel
+    writes value * 2^16 - 32768); the output quantization stored in the model is not used.
+    """
+
+    def prepare(self):
+        ctx = self.ctx
+        x, y = ctx.input(0), ctx.output(0)
+        if len(ctx.input_shape(0)) < 1:
+            raise ctx.fail("SOFTMAX needs an input of rank >= 1")
+        self.beta = float(ctx.options.get("beta", 0.0))
+        if x.dtype == "int8":
+            if y.dtype not in ("int8", "int16"):
+                raise ctx.fail(f"int8 SOFTMAX writes int8 or int16, not {y.dtype}")
+            s_out, zp_out = qparams(y)
+            if y.dtype == "int8" and (zp_out != -128 or abs(s_out - 1 / 256) > 0.001 / 256):
+                raise ctx.fail(f"int8 SOFTMAX needs output scale 1/256 and zero point -128, "
+                               f"got {s_out!r} and {zp_out}")
+            s_in, _ = qparams(x)
+            self.mult, self.shift, self.diff_min = _softmax_scaling(self.beta, s_in, ctx)
+            self.out_dtype = np.dtype(y.dtype)
+        elif x.dtype != y.dtype:
+            raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.float32:
+            e = np.exp((x - x.max(axis=-1, keepdims=True)) * _F32(self.beta))
+            return [(e / e.sum(axis=-1, keepdims=True, dtype=_F32)).astype(_F32)]
+        _, valid, scaled = _scaled_diffs(x, self.mult, self.shift, self.diff_min)
+        exps = exp_on_negative_values(scaled, _DIFF_BITS)  # Q0.31
+        # sum in Q12.19 with int32 wrap-around, as the C++ accumulator
+        total = np.where(valid, rescale(exps, 0, _ACCUM_BITS), 0).sum(axis=-1, keepdims=True)
+        total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        recip, bits_over_unit = get_reciprocal(total, _ACCUM_BITS)
+        info = np.iinfo(self.out_dtype)
+        exponent = bits_over_unit + 31 - 8 * self.out_dtype.itemsize
+        out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(recip, exps), exponent) + info.min
+        out = np.where(valid, np.clip(out, info.min, info.max), info.min)
+        return [out.astype(self.out_dtype)]
+
+
+@register("LOG_SOFTMAX", "float32", "int8")
+class LogSoftmax(Kernel):
+    """y = x - max - log(sum(exp(x - max))) over the last axis; int8 output scale 16/256, zero point 127."""
+
+    _OUT_BITS = 4  # output Q4.27 before the final downscale
+
+    def prepare(self):
+        ctx = self.ctx
+        x, y = ctx.input(0), ctx.output(0)
+        if x.dtype != y.dtype:
+            raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
+        if x.dtype == "int8":
+            s_out, zp_out = qparams(y)
+            if _F32(s_out) != _F32(16.0 / 256) or zp_out != 127:
+                raise ctx.fail(f"int8 LOG_SOFTMAX needs output scale 16/256 and zero point 127, "
+                               f"got {s_out!r} and {zp_out}")
+            s_in, _ = qparams(x)
+            self.mult, self.shift, self.diff_min = _softmax_scaling(1.0, s_in, ctx)
+            # PreprocessLogSoftmaxScalingExp: the inverse of the input scaling, as a right shift
+            reverse = float(1 << (31 - self.shift)) / float(self.mult)
+            self.rev_mult, rev_shift = quantize_multiplier(reverse)
+            if not 0.0 < reverse < 1.0 or rev_shift > 0:
+                raise ctx.fail(f"input scale {s_in!r} is out of range for the int8 kernel")
+            self.rev_shift = rev_shift  # <= 0
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.float32:
+            d = x - x.max(axis=-1, keepdims=True)
+            return [(d - np.log(np.exp(d).sum(axis=-1, keepdims=True, dtype=_F32))).astype(_F32)]
+        diff, valid, scaled = _scaled_diffs(x, self.mult, self.shift, self.diff_min)
+        exps = exp_on_negative_values(scaled, _DIFF_BITS)
+        total = np.where(valid, rescale(exps, 0, _ACCUM_BITS), 0).sum(axis=-1, keepdims=True)
+        total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        log_sum = log_x_for_x_greater_than_or_equal_to_1(total, _ACCUM_BITS, _DIFF_BITS)  # Q5.26
+        adjusted_diff_min = np.maximum(
+            self.diff_min - 1,
+            multiply_by_quantized_multiplier(log_sum + INT32_MIN, self.rev_mult, self.rev_shift))
+        keep = diff > adjusted_diff_min
+        out = rounding_divide_by_pot(scaled - log_sum, 31 - _DIFF_BITS - self._OUT_BITS) + 127
+        return [np.where(keep, np.clip(out, -128, 127), -128).astype(np.int8)]
+
+
+def _same_dtype(ctx) -> str:
+    x, y = ctx.input(0), ctx.output(0)
+    if x.dtype != y.dtype:
+        raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
+    return x.dtype
+
+
+@register("LEAKY_RELU", "float32", "int8")
+class LeakyRelu(Kernel):
+    """y = x if x > 0 else alpha * x. int8: (x - zp_in) times s_in/s_out or alpha*s_in/s_out."""
+
+    def prepare(self):
+        ctx = self.ctx
+        self.alpha = float(ctx.options.get("alpha", 0.0))
+        if _same_dtype(ctx) == "int8":
+            s_in, self.zp_in = qparams(ctx.input(0))
+            s_out, self.zp_out = qparams(ctx.output(0))
+            m_alpha, self.shift_alpha = quantize_multiplier(_f32_ratio(s_in, self.alpha, s_out))
+            self.sign_alpha = -1 if m_alpha < 0 else 1
+            self.mult_alpha = abs(m_alpha)
+            self.mult_id, self.shift_id = quantize_multiplier(_f32_ratio(s_in, s_out))
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.float32:
+            return [np.where(x > 0, x, x * _F32(self.alpha)).astype(_F32)]
+        v = x.astype(np.int64) - self.zp_in
+        pos = multiply_by_quantized_multiplier(v, self.mult_id, self.shift_id)
+        neg = self.sign_alpha * multiply_by_quantized_multiplier(v, self.mult_alpha, self.shift_alpha)
+        return [np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)]
+
+
+@register("PRELU", "float32", "int8")
+class Prelu(Kernel):
+    """y = x if x >= 0 else alpha * x, alpha (input 1) broadcast against x (e.g. one per channel).
+
+    int8: x >= 0 uses s_in/s_out; otherwise (x - zp_in) * (alpha - zp_alpha) times
+    s_in*s_alpha/s_out. alpha must be int8 with per-tensor quantization.
+    """
+
+    def prepare(self):
+        ctx = self.ctx
+        dt = _same_dtype(ctx)
+        alpha = ctx.input(1)
+        if alpha is None or alpha.dtype != dt:
+            raise ctx.fail(f"PRELU needs a {dt} alpha tensor")
+        shape, ashape = ctx.input_shape(0), ctx.input_shape(1)
+        try:
+            out = np.broadcast_shapes(shape, ashape)
+        except ValueError:
+            out = None
+        if out != tuple(shape):
+            raise ctx.fail(f"alpha shape {list(ashape)} does not broadcast to input shape {list(shape)}")
+        if dt == "int8":
+            if alpha.quant is not None and alpha.quant.per_axis:
+                raise ctx.fail("PRELU alpha must be quantized per tensor")
+            s_in, self.zp_in = qparams(ctx.input(0))
+            s_alpha, self.zp_alpha = qparams(alpha)
+            s_out, self.zp_out = qparams(ctx.output(0))
+            self.m1, self.s1 = quantize_multiplier(_f32_ratio(s_in, s_out))
+            self.m2, self.s2 = quantize_multiplier(_f32_ratio(s_in, s_alpha, s_out))
+        return [tuple(shape)]
+
+    def eval(self, inputs):
+        x, alpha = inputs[0], inputs[1]
+        if x.dtype == np.float32:
+            return [np.where(x >= 0, x, x * alpha).astype(_F32)]
+        v = x.astype(np.int64) - self.zp_in
+        a = alpha.astype(np.int64) - self.zp_alpha
+        pos = multiply_by_quantized_multiplier(v, self.m1, self.s1)
+        neg = multiply_by_quantized_multiplier(v * a, self.m2, self.s2)
+        return [np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)]
+
+
+def _srdhm16(a, b):
+    """gemmlowp SaturatingRoundingDoublingHighMul on int16."""
+    ab = a * b
+    s = ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    r = np.where(s >= 0, s >> 15, -((-s) >> 15))
+    return np.where((a == -32768) & (b == -32768), 32767, r)
+
+
+def _sdhm16(a, b):
+    """TFLite SaturatingDoublingHighMul on int16 (truncates toward zero)."""
+    ab = a * b
+    r = np.where(ab >= 0, ab >> 15, -((-ab) >> 15))
+    return np.where((a == -32768) & (b == -32768), 32767, r)
+
+
+def _sat_left_shift16(v, amount: int):
+    return np.clip(v * (1 << amount), -32768, 32767)
+
+
+def _int16_multiplier(m32: int) -> int:
+    """TFLite DownScaleInt32ToInt16Multiplier."""
+    if m32 >= (1 << 31) - 1 - (1 << 15):
+        return 32767
+    return (m32 + (1 << 15)) >> 16
+
+
+@register("HARD_SWISH", "float32", "int8")
+class HardSwish(Kernel):
+    """y = x * relu6(x + 3) / 6. int8 runs TFLite's int16 fixed-point pipeline: the input on a
+    2^7 finer scale, a "reluish" factor in [0, 1] and the output multiplier."""
+
+    def prepare(self):
+        ctx = self.ctx
+        if _same_dtype(ctx) == "int8":
+            s_in, self.zp_in = qparams(ctx.input(0))
+            s_out, self.zp_out = qparams(ctx.output(0))
+            hires = _F32(_F32(1.0 / 128.0) * _F32(s_in))
+            m, self.out_exp = quantize_multiplier(float(_F32(hires / _F32(s_out))))
+            if self.out_exp > 0:
+                raise ctx.fail(f"input/output scale ratio {s_in / s_out!r} is too large for int8 HARD_SWISH")
+            self.out_m16 = _int16_multiplier(m)
+            m, self.reluish_exp = quantize_multiplier(float(_F32(hires / _F32(3.0 / 32768.0))))
+            self.reluish_m16 = _int16_multiplier(m)
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        if x.dtype == np.float32:
+            return [(x * np.minimum(_F32(6), np.maximum(_F32(0), x + _F32(3))) / _F32(6)).astype(_F32)]
+        hires = (x.astype(np.int64) - self.zp_in) * (1 << 7)
+        preshift_out = _srdhm16(hires, self.out_m16)
+        r = hires
+        if self.reluish_exp > 0:
+            r = _sat_left_shift16(r, self.reluish_exp - 1)
+        r = _srdhm16(r, self.reluish_m16)
+        if self.reluish_exp > 0:
+            r = _sat_left_shift16(r, 1)
+        elif self.reluish_exp < 0:
+            r = rounding_divide_by_pot(r, -self.reluish_exp)
+        r = (r + (1 << 15)) >> 1  # [-1, 1] -> [0, 1]
+        out = rounding_divide_by_pot(_sdhm16(r, preshift_out), -self.out_exp)
+        out = ((out + self.zp_out + (1 << 15)) & 0xFFFF) - (1 << 15)  # int16 addition
+        return [np.clip(out, -128, 127).astype(np.int8)]
