@@ -395,3 +395,23 @@ def test_shape_arithmetic_folds():
     runner = it._runner(0)
     assert [st.name for st in runner.steps] == ["RESHAPE"]
     assert runner.known[shp].tolist() == [3, -1]
+
+
+def test_densify_feeds_fully_connected():
+    """The converter's pattern: block-sparse float weights -> DENSIFY -> FULLY_CONNECTED."""
+    rng = np.random.default_rng(26)
+    w = sparse_weights("float32", rng)
+    vals, sp = block_csr(w, 4)
+    b = ModelBuilder()
+    x = b.input("x", (3, 8), "float32")
+    ws = b.tensor("w_sparse", (4, 8), "float32", data=vals, sparsity=sp)
+    wd = b.tensor("w", (4, 8), "float32")
+    bias_v = rng.standard_normal(4).astype(np.float32)
+    bias = b.const("bias", bias_v)
+    y = b.tensor("y", (3, 4), "float32")
+    b.op("DENSIFY", [ws], [wd])
+    b.op("FULLY_CONNECTED", [x, wd, bias], [y])
+    b.output(y)
+    xv = rng.standard_normal((3, 8)).astype(np.float32)
+    got = compare_with_litert(b.to_bytes(), [xv])[0]
+    np.testing.assert_allclose(got, xv @ w.T + bias_v, rtol=1e-5, atol=1e-6)
