@@ -20,6 +20,7 @@ CASES = [  # (input shape, axes, keep_dims)
     ((2, 3, 4), [1, 1, -2], False),  # duplicates
     ((3, 65), [1], False),
     ((4, 3, 2), [0, 1, 2], False),   # everything
+    ((2, 3), [], False),             # nothing: an empty axis tensor
 ]
 QUANT = [((0.05, -10), (0.02, 7)), ((0.1, 3), (0.1, 3)), ((0.04, -128), (0.5, 100))]
 

@@ -35,9 +35,12 @@ def round_half_away(v: np.ndarray) -> np.ndarray:
 
 def _ints(ctx, i: int, what: str) -> list[int] | None:
     """Constant integer input ``i`` as a flat list, or None when it is absent."""
-    if ctx.input(i) is None:
+    t = ctx.input(i)
+    if t is None:
         return None
     v = ctx.const(i)
+    if v is None and 0 in ctx.input_shape(i):
+        return []  # an empty constant has no buffer
     if v is None:
         raise ctx.fail(f"input {i} ({what}) must be constant or computable before invoke")
     return [int(x) for x in np.asarray(v).reshape(-1)]
