@@ -267,3 +267,17 @@ def test_hard_swish_int8_rejects_output_scale_64x_finer():
         run_litert(model, [x])
     with pytest.raises(UnsupportedOpError, match="too large"):
         run_edgerun(model, [x])
+
+
+def test_softmax_int8_rows_beyond_litert_reference_limit():
+    """Rows whose exp-sum reaches 512 abort LiteRT's reference kernel, so check against float math:
+    edgerun keeps the fixed-point formula and stays within 1 LSB of round(256 * softmax) - 128."""
+    rng = np.random.default_rng(21)
+    x = np.full((3, 1500), 90, np.int8)
+    x[1, ::2] = rng.integers(-128, 90, 750)
+    x[2, :3] = 127
+    s, beta = 0.05, 1.0
+    got = run_edgerun(single_op("SOFTMAX", x.shape, "int8", (s, 0), (1 / 256, -128), beta=beta), [x])[0]
+    z = (x.astype(np.float64) - x.max(axis=1, keepdims=True)) * s * beta
+    want = np.clip(np.round(256 * np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)) - 128, -128, 127)
+    assert np.abs(got.astype(np.int64) - want).max() <= 1

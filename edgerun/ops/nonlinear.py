@@ -163,6 +163,10 @@ class Softmax(Kernel):
 
     int8 input gives int8 output (scale 1/256, zero point -128) or int16 output (the kernel
     writes value * 2^16 - 32768); the output quantization stored in the model is not used.
+
+    LiteRT's reference kernel aborts the process (TFLITE_CHECK on the output shift) on an int8
+    row whose sum of exponentials reaches 512, e.g. 512 or more entries tied at the maximum;
+    here the same fixed-point formula simply continues with the larger shift.
     """
 
     def prepare(self):
