@@ -22,8 +22,8 @@ axes broadcast, ranks 2..5. int8 (``reference_ops::BatchMatMul``)::
     out = clamp(MBQM(acc, m, shift) + out_zp, -128, 127)   (no fused activation)
 
 with ``(m, shift) = QuantizeMultiplier(double(float(s_x * s_y)) / double(s_out))`` (the scale
-product is a float32 product, as GetQuantizedConvolutionMultipler computes it); an int32 output
-tensor receives ``acc`` unscaled. Integer sums run on float BLAS, exact as described in
+product is a float32 product, as GetQuantizedConvolutionMultipler computes it). An int32 output
+tensor receives ``sum(x * y)``: LiteRT's int8 -> int32 kernel ignores the zero points. Integer sums run on float BLAS, exact as described in
 :mod:`edgerun.ops.conv`.
 """
 
@@ -187,12 +187,12 @@ class BatchMatMul(Kernel):
             return [np.matmul(x, y).reshape(self.out_shape)]
         # sum((x - zx)(y - zy)) = sum(xy) - zy*rowsum(x) - zx*colsum(y) + K*zx*zy, with |x|, |y| <= 128
         acc = exact_int_matmul(x.astype(np.float32), y.astype(np.float32), self.chunk).astype(np.int64)
+        if self.int32_out:
+            # LiteRT's int8 x int8 -> int32 kernel sums raw products: zero points are not applied
+            return [np.broadcast_to(acc, self.out_shape).astype(np.int32)]
         if self.y_zp:
             acc -= self.y_zp * x.sum(axis=-1, dtype=np.int64)[..., :, None]
         if self.x_zp:
             acc -= self.x_zp * y.sum(axis=-2, dtype=np.int64)[..., None, :]
             acc += self.k * self.x_zp * self.y_zp
-        acc = np.broadcast_to(acc, self.out_shape)
-        if self.int32_out:
-            return [acc.astype(np.int32)]
-        return [self.requant(acc)]
+        return [self.requant(np.broadcast_to(acc, self.out_shape))]
