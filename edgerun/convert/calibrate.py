@@ -1,0 +1,429 @@
+"""Calibration: run the float model over representative inputs and choose a range per tensor.
+
+* **Sources** (:class:`CalibrationSource`) yield one sample at a time in the converted model's
+  input layout: ``.npy`` / ``.npz`` arrays (read lazily, memory-mapped where numpy can), a folder
+  of images with a preprocessing spec (``edgerun.preprocess``), or seeded random data (only when
+  asked for explicitly; the report carries a loud warning).
+* **Running**: the float TFLite graph runs in LiteRT (``experimental_preserve_all_tensors``) so
+  every tensor the quantizer will see is observed under its own name. Samples are processed in
+  batches; only the current batch's activations are alive at a time.
+* **Observers** keep streaming statistics per tensor, never the activations: exact min / max and
+  a 2048-bin histogram whose range grows as needed (old counts are re-binned by bin centre).
+  Ranges come from the histogram: ``minmax``; ``percentile`` (99.99 % of the mass by default,
+  split between the two tails); ``mse`` (the clip range minimizing the expected squared error
+  of int8 fake quantization, clipping plus rounding); ``entropy`` (the clip range minimizing the
+  KL divergence between the histogram and its 256-level quantized version, TensorRT-style,
+  extended to asymmetric ranges). All searches include the min/max range itself, so a heavy-
+  tailed output head keeps its extremes when clipping them costs more than it saves.
+* **Cache**: the histograms are cached under ``(float model hash, data hash)`` in
+  ``$EDGERUN_CACHE_DIR`` (default ``~/.cache/edgerun/calibration``); ranges for any method are
+  derived from them, so re-running with another method, io type or accuracy budget does not
+  recalibrate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from edgerun.errors import ConversionError
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+BINS = 2048
+
+
+# ---------------------------------------------------------------------------------------------
+# sources
+# ---------------------------------------------------------------------------------------------
+
+class CalibrationSource:
+    """Samples in the converted model's input layout: ``sample(i)`` -> one array per input (batch 1)."""
+
+    random = False
+    description = ""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def sample(self, i: int) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for i in range(len(self)):
+            for a in self.sample(i):
+                h.update(str(a.dtype).encode() + str(a.shape).encode())
+                h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+
+class ArraySource(CalibrationSource):
+    """One array per model input, first axis = samples, in the model's input layout."""
+
+    def __init__(self, arrays: list[np.ndarray], description: str = "arrays"):
+        self.arrays = arrays
+        self.description = description
+        n = {len(a) for a in arrays}
+        if len(n) != 1:
+            raise ConversionError(f"calibration arrays have different sample counts: {sorted(n)}")
+        self.n = n.pop()
+
+    def __len__(self):
+        return self.n
+
+    def sample(self, i):
+        return [np.ascontiguousarray(a[i:i + 1], dtype=np.float32) for a in self.arrays]
+
+
+class RandomSource(CalibrationSource):
+    random = True
+
+    def __init__(self, shapes: list[tuple], n: int = 32, seed: int = 0):
+        self.shapes, self.n, self.seed = shapes, n, seed
+        self.description = f"{n} random samples (uniform in [-1, 1], seed {seed})"
+
+    def __len__(self):
+        return self.n
+
+    def sample(self, i):
+        rng = np.random.default_rng([self.seed, i])
+        return [rng.uniform(-1, 1, size=s).astype(np.float32) for s in self.shapes]
+
+    def fingerprint(self):
+        return hashlib.sha256(f"random:{self.shapes}:{self.n}:{self.seed}".encode()).hexdigest()
+
+
+class ImageFolderSource(CalibrationSource):
+    def __init__(self, files: list[Path], spec: dict, shape: tuple):
+        from edgerun.preprocess import validate_spec
+        self.files, self.spec, self.shape = files, validate_spec(spec or {}), shape
+        self.description = f"{len(files)} images from {files[0].parent if files else '?'}"
+
+    def __len__(self):
+        return len(self.files)
+
+    def sample(self, i):
+        from edgerun.preprocess import preprocess_image
+        spec = dict(self.spec)
+        spec["layout"] = "NHWC"
+        return [preprocess_image(self.files[i], spec, shape=self.shape, dtype="float32")]
+
+    def fingerprint(self):
+        import json
+        h = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode())
+        for f in self.files:
+            h.update(f.name.encode())
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+        return h.hexdigest()
+
+
+def _fit_array(arr: np.ndarray, name: str, model_shape: tuple, perm: tuple, what: str) -> np.ndarray:
+    """Check an (N, ...) calibration array against one input; return it in the model's layout."""
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise ConversionError(f"calibration data for input '{name}' ({what}) has dtype {arr.dtype}; the model "
+                              "takes float32: preprocess it to float (or give a folder of images with a "
+                              "preprocessing spec)")
+    src_shape = tuple(model_shape[perm.index(i)] for i in range(len(perm)))  # the frontend's layout
+    rest = tuple(arr.shape[1:])
+    if arr.ndim == len(model_shape) and rest == tuple(src_shape[1:]):
+        if list(perm) == list(range(len(perm))):
+            return arr
+        return np.ascontiguousarray(np.transpose(arr, perm)) if len(arr) <= 4096 else _LazyT(arr, perm)
+    if arr.ndim == len(model_shape) and rest == tuple(model_shape[1:]):
+        return arr
+    if arr.ndim == len(model_shape) - 1 and tuple(arr.shape) == tuple(src_shape[1:]):
+        return _fit_array(arr[None], name, model_shape, perm, what)
+    raise ConversionError(f"calibration data for input '{name}' ({what}) has shape {list(arr.shape)}; expected "
+                          f"[N, {', '.join(map(str, src_shape[1:]))}]"
+                          + (f" (or [N, {', '.join(map(str, model_shape[1:]))}] in NHWC)"
+                             if tuple(src_shape) != tuple(model_shape) else ""))
+
+
+class _LazyT:
+    """An (N, ...) array transposed one sample at a time (large memory-mapped sets)."""
+
+    def __init__(self, arr, perm):
+        self.arr, self.perm = arr, perm
+
+    def __len__(self):
+        return len(self.arr)
+
+    def __getitem__(self, s):
+        return np.transpose(np.asarray(self.arr[s]), self.perm)
+
+
+def open_source(calib, inputs: list[tuple[str, tuple, tuple]], *, preprocessing: dict | None = None,
+                random_samples: int = 32) -> CalibrationSource:
+    """A CalibrationSource for ``calib``.
+
+    calib: a path (``.npy``, ``.npz``, a folder of images), ``"random"``, an array or a list / dict
+    of arrays. inputs: (name, model input shape, perm) per input, where ``perm`` maps the
+    frontend's layout (ONNX's NCHW) to the model's (arrays may come in either layout).
+    """
+    if calib is None:
+        raise ConversionError("calibration data is required for int8 conversion: --calib FILE.npz|FILE.npy|DIR "
+                              "(or --calib random to quantize with random data, for testing only; or --float)")
+    if isinstance(calib, CalibrationSource):
+        return calib
+    if isinstance(calib, str) and calib == "random":
+        return RandomSource([s for _, s, _ in inputs], random_samples)
+    if isinstance(calib, np.ndarray):
+        calib = [calib]
+    if isinstance(calib, dict):
+        calib = _pick_arrays(calib, inputs, "the given arrays")
+    if isinstance(calib, (list, tuple)):
+        if len(calib) != len(inputs):
+            raise ConversionError(f"{len(calib)} calibration arrays for a model with {len(inputs)} inputs")
+        arrs = [_fit_array(np.asarray(a), n, s, p, "array") for a, (n, s, p) in zip(calib, inputs)]
+        return _nonempty(ArraySource(arrs, f"{len(arrs[0])} samples"))
+    path = Path(calib)
+    if not path.exists():
+        raise ConversionError(f"calibration data '{path}' does not exist")
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ConversionError(f"calibration folder '{path}' holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+        if len(inputs) != 1 or len(inputs[0][1]) != 4:
+            raise ConversionError("a folder of images calibrates a model with one 4-D image input; this model's "
+                                  f"inputs are {[list(s) for _, s, _ in inputs]}")
+        return ImageFolderSource(files, preprocessing or {}, inputs[0][1])
+    if path.suffix == ".npy":
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if len(inputs) != 1:
+            raise ConversionError(f"{path.name} holds one array; the model has {len(inputs)} inputs: use a .npz "
+                                  f"with arrays named {', '.join(n for n, _, _ in inputs)}")
+        return _nonempty(ArraySource([_fit_array(arr, inputs[0][0], inputs[0][1], inputs[0][2], path.name)],
+                                     f"{len(arr)} samples from {path.name}"))
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        picked = _pick_arrays(arrays, inputs, path.name)
+        arrs = [_fit_array(a, n, s, p, path.name) for a, (n, s, p) in zip(picked, inputs)]
+        return _nonempty(ArraySource(arrs, f"{len(arrs[0])} samples from {path.name}"))
+    raise ConversionError(f"calibration data '{path}': use a .npy or .npz file, a folder of images, or 'random'")
+
+
+def _nonempty(src):
+    if len(src) == 0:
+        raise ConversionError(f"the calibration set is empty ({src.description}); give at least one sample")
+    return src
+
+
+_DEFAULT_KEYS = ("x", "input", "inputs", "data", "images", "calib", "arr_0")
+
+
+def _pick_arrays(arrays: dict, inputs, what) -> list[np.ndarray]:
+    names = [n for n, _, _ in inputs]
+    if all(n in arrays for n in names):
+        return [arrays[n] for n in names]
+    if len(names) == 1:
+        for k in _DEFAULT_KEYS:
+            if k in arrays:
+                return [arrays[k]]
+        floats = [k for k, v in arrays.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+        if len(floats) == 1:
+            return [arrays[floats[0]]]
+    raise ConversionError(f"{what} holds arrays {sorted(arrays)}; the model's inputs are {names}: name the "
+                          "arrays after the inputs")
+
+
+# ---------------------------------------------------------------------------------------------
+# observers
+# ---------------------------------------------------------------------------------------------
+
+class HistogramObserver:
+    """Streaming min / max and a histogram over a growing range (no activations are kept)."""
+
+    def __init__(self, bins: int = BINS):
+        self.bins = bins
+        self.min, self.max = np.inf, -np.inf
+        self.hist = np.zeros(bins, np.float64)
+        self.lo = self.hi = 0.0
+        self.count = 0
+
+    def update(self, x: np.ndarray) -> None:
+        x = np.asarray(x, np.float32).reshape(-1)
+        x = x[np.isfinite(x)]
+        if x.size == 0:
+            return
+        bmin, bmax = float(x.min()), float(x.max())
+        self.min, self.max = min(self.min, bmin), max(self.max, bmax)
+        self.count += x.size
+        if self.count == x.size:
+            lo, hi = min(bmin, 0.0), max(bmax, 0.0)
+            if hi - lo <= 0:
+                hi = lo + 1e-6
+            self.lo, self.hi = lo, hi
+        elif bmin < self.lo or bmax > self.hi:
+            lo, hi = min(self.lo, bmin), max(self.hi, bmax)
+            centers = self.lo + (np.arange(self.bins) + 0.5) * (self.hi - self.lo) / self.bins
+            self.hist, _ = np.histogram(centers, bins=self.bins, range=(lo, hi), weights=self.hist)
+            self.lo, self.hi = lo, hi
+        h, _ = np.histogram(x, bins=self.bins, range=(self.lo, self.hi))
+        self.hist += h
+
+    # -- state for the cache ---------------------------------------------------------------------
+    def state(self) -> np.ndarray:
+        return np.concatenate([[self.min, self.max, self.lo, self.hi, self.count], self.hist])
+
+    @classmethod
+    def from_state(cls, s: np.ndarray) -> "HistogramObserver":
+        o = cls(len(s) - 5)
+        o.min, o.max, o.lo, o.hi, o.count = float(s[0]), float(s[1]), float(s[2]), float(s[3]), int(s[4])
+        o.hist = np.array(s[5:], np.float64)
+        return o
+
+    # -- ranges ----------------------------------------------------------------------------------
+    def range(self, method: str = "mse", percentile: float = 99.99) -> tuple[float, float]:
+        if self.count == 0:
+            return 0.0, 0.0
+        if method == "minmax":
+            return self.min, self.max
+        if method == "percentile":
+            return self._percentile(percentile)
+        if method in ("mse", "entropy"):
+            return self._search(method)
+        raise ConversionError(f"calibration method {method!r}: use one of {', '.join(METHODS)}")
+
+    def _edges(self):
+        return np.linspace(self.lo, self.hi, self.bins + 1)
+
+    def _percentile(self, p: float) -> tuple[float, float]:
+        cdf = np.cumsum(self.hist)
+        total = cdf[-1]
+        tail = (100.0 - p) / 100.0 / 2 * total
+        edges = self._edges()
+        i_lo = int(np.searchsorted(cdf, tail, side="right"))
+        i_hi = int(np.searchsorted(cdf, total - tail, side="left"))
+        lo = max(self.min, float(edges[i_lo])) if self.min < 0 else self.min
+        hi = min(self.max, float(edges[min(i_hi + 1, self.bins)])) if self.max > 0 else self.max
+        return lo, hi
+
+    def _candidates(self):
+        lo0, hi0 = min(self.min, 0.0), max(self.max, 0.0)
+        fr = np.concatenate([np.geomspace(0.05, 1.0, 28), [1.0]])
+        los = np.unique(lo0 * fr) if lo0 < 0 else np.array([lo0])
+        his = np.unique(hi0 * fr) if hi0 > 0 else np.array([hi0])
+        return los, his
+
+    def _search(self, method: str) -> tuple[float, float]:
+        los, his = self._candidates()
+        edges = self._edges()
+        centers = (edges[:-1] + edges[1:]) / 2
+        width = edges[1] - edges[0]
+        p = self.hist / max(self.hist.sum(), 1)
+        nz = p > 0
+        c, pc = centers[nz], p[nz]
+        best, best_r = np.inf, (self.min, self.max)
+        for lo in los:
+            for hi in his:
+                if hi - lo <= 0:
+                    continue
+                s = (hi - lo) / 255.0
+                z = np.round(-128 - lo / s)
+                qv = np.clip(np.round(c / s) + z, -128, 127)
+                if method == "mse":
+                    deq = (qv - z) * s
+                    # bin-centre error plus the spread of values inside a bin
+                    err = float(np.sum(pc * (c - deq) ** 2)) + width ** 2 / 12
+                else:
+                    err = _kl(pc, qv)
+                if err < best - 1e-12 * abs(best):
+                    best, best_r = err, (float(lo), float(hi))
+        return best_r
+
+
+def _kl(p: np.ndarray, qv: np.ndarray) -> float:
+    """KL(P || Q), Q = P's mass per quantization level spread evenly over that level's bins."""
+    levels = (qv + 128).astype(np.int64)
+    mass = np.bincount(levels, weights=p, minlength=256)
+    nbins = np.bincount(levels, minlength=256)
+    q = mass[levels] / nbins[levels]
+    # clipped mass piles into the edge levels: that is where KL sees the clipping
+    return float(np.sum(p * np.log(p / np.maximum(q, 1e-30))))
+
+
+# ---------------------------------------------------------------------------------------------
+# running the float model
+# ---------------------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EDGERUN_CACHE_DIR") or Path.home() / ".cache" / "edgerun") / "calibration"
+
+
+def collect(float_model: bytes, source: CalibrationSource, indices, *, batch_size: int = 16, progress=None,
+            use_cache: bool = True) -> tuple[dict[str, HistogramObserver], bool]:
+    """Observers for every float activation of ``float_model`` over ``source[indices]``.
+
+    Returns (observers by tensor name, whether they came from the cache).
+    """
+    indices = list(indices)
+    key = None
+    if use_cache:
+        h = hashlib.sha256(bytes(float_model)).hexdigest()[:24]
+        d = source.fingerprint()[:24]
+        ih = hashlib.sha256(np.asarray(indices, np.int64).tobytes()).hexdigest()[:8]
+        key = cache_dir() / f"{h}-{d}-{ih}.npz"
+        if key.exists():
+            try:
+                with np.load(key, allow_pickle=False) as z:
+                    obs = {k: HistogramObserver.from_state(z[k]) for k in z.files}
+                if progress:
+                    progress(len(indices), len(indices))
+                return obs, True
+            except Exception:  # a corrupt cache entry: recalibrate
+                pass
+    from edgerun._litert import make_interpreter
+
+    it = make_interpreter(float_model, xnnpack=False, preserve_all=True)
+    it.allocate_tensors()
+    in_details = it.get_input_details()
+    tensors = [d for d in it.get_tensor_details() if np.dtype(d["dtype"]) == np.float32]
+    const = _constant_tensor_indices(float_model)
+    tensors = [d for d in tensors if d["index"] not in const]
+    obs = {d["name"]: HistogramObserver() for d in tensors}
+    done = 0
+    for start in range(0, len(indices), batch_size):
+        chunk = indices[start:start + batch_size]
+        acc: dict[str, list[np.ndarray]] = {d["name"]: [] for d in tensors}
+        for i in chunk:
+            sample = source.sample(i)
+            for det, x in zip(in_details, sample):
+                if tuple(x.shape) != tuple(det["shape"]):
+                    raise ConversionError(f"calibration sample {i} for input '{det['name']}' has shape "
+                                          f"{list(x.shape)}; the model expects {list(det['shape'])}")
+                it.set_tensor(det["index"], np.ascontiguousarray(x, np.float32))
+            it.invoke()
+            for d in tensors:
+                acc[d["name"]].append(it.get_tensor(d["index"]).copy())
+        for name, arrs in acc.items():
+            obs[name].update(np.concatenate([a.reshape(-1) for a in arrs]))
+        done += len(chunk)
+        if progress:
+            progress(done, len(indices))
+    if key is not None:
+        try:
+            key.parent.mkdir(parents=True, exist_ok=True)
+            tmp = key.with_suffix(".tmp.npz")
+            np.savez(tmp, **{k: o.state() for k, o in obs.items()})
+            os.replace(tmp, key)
+        except OSError:
+            pass  # a read-only home: calibration still works, it just is not cached
+    return obs, False
+
+
+def _constant_tensor_indices(model_bytes: bytes) -> set[int]:
+    from edgerun.schema.reader import read_model
+    m = read_model(model_bytes)
+    return {i for i, t in enumerate(m.main.tensors) if t.buffer and len(m.buffer_bytes(t.buffer))}
+
+
+def ranges_from(observers: dict[str, HistogramObserver], method: str = "mse",
+                percentile: float = 99.99) -> dict[str, tuple[float, float]]:
+    if method not in METHODS:
+        raise ConversionError(f"calibration method {method!r}: use one of {', '.join(METHODS)}")
+    return {k: o.range(method, percentile) for k, o in observers.items()}

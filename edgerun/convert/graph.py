@@ -1,0 +1,181 @@
+"""The converter's working graph: a mutable, index-based view of a TFLite subgraph.
+
+The frontends build it (float32, constants as numpy arrays), ``quantize.py`` rewrites it to int8
+and :meth:`Graph.to_model` hands it to :class:`edgerun.ir.ModelBuilder`, so the one
+flatbuffer writer (``edgerun.schema.writer``) serializes every converted model. It exists because
+rewriting (folding BatchNorm into weights, fusing activations, inserting QUANTIZE) is easier on
+numpy constants than on serialized buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgerun.ir import Model, ModelBuilder, QuantParams
+
+#: ops that carry a ``fused_activation_function`` option
+FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV",
+           "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION", "TRANSPOSE_CONV"}
+
+
+@dataclass
+class T:
+    """A tensor: ``data`` is set for constants."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+    data: np.ndarray | None = None
+    quant: QuantParams | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+
+@dataclass
+class Op:
+    op: str
+    inputs: list[int]
+    outputs: list[int]
+    options: dict = field(default_factory=dict)
+    version: int = 1
+    #: where the op came from (ONNX node name and type), for messages and the per-layer report
+    origin: str = ""
+
+
+class Graph:
+    def __init__(self):
+        self.tensors: list[T] = []
+        self.ops: list[Op] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+        self.metadata: dict[str, bytes] = {}
+        self._names: set[str] = set()
+
+    # -- building ---------------------------------------------------------------------------
+    def _unique(self, name: str) -> str:
+        name = name or "t"
+        if name not in self._names:
+            self._names.add(name)
+            return name
+        i = 1
+        while f"{name}_{i}" in self._names:
+            i += 1
+        self._names.add(f"{name}_{i}")
+        return f"{name}_{i}"
+
+    def tensor(self, name: str, shape, dtype: str = "float32", data=None, quant=None) -> int:
+        if data is not None:
+            data = np.ascontiguousarray(data)
+            shape = data.shape
+        self.tensors.append(T(self._unique(name), tuple(int(d) for d in shape), dtype, data, quant))
+        return len(self.tensors) - 1
+
+    def const(self, name: str, data, dtype: str | None = None) -> int:
+        data = np.asarray(data)
+        if dtype is None:
+            dtype = {"float64": "float32", "int64": "int32"}.get(str(data.dtype), str(data.dtype))
+        return self.tensor(name, data.shape, dtype, data.astype(dtype))
+
+    def emit(self, op: str, inputs, outputs, origin: str = "", **options) -> Op:
+        node = Op(op, list(inputs), list(outputs), dict(options), origin=origin)
+        self.ops.append(node)
+        return node
+
+    def rename(self, idx: int, name: str) -> None:
+        t = self.tensors[idx]
+        if t.name == name:
+            return
+        self._names.discard(t.name)
+        t.name = self._unique(name)
+
+    # -- queries ----------------------------------------------------------------------------
+    def producers(self) -> dict[int, int]:
+        return {o: i for i, op in enumerate(self.ops) for o in op.outputs}
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for i, op in enumerate(self.ops):
+            for t in op.inputs:
+                if t >= 0:
+                    out.setdefault(t, []).append(i)
+        return out
+
+    def replace_uses(self, old: int, new: int) -> None:
+        for op in self.ops:
+            op.inputs = [new if i == old else i for i in op.inputs]
+        self.outputs = [new if i == old else i for i in self.outputs]
+
+    def prune(self) -> None:
+        """Drop ops whose outputs nobody uses (walking back from the graph outputs)."""
+        live = set(self.outputs)
+        keep = []
+        for op in reversed(self.ops):
+            if any(o in live for o in op.outputs):
+                keep.append(op)
+                live.update(i for i in op.inputs if i >= 0)
+        self.ops = keep[::-1]
+
+    # -- serialization ----------------------------------------------------------------------
+    def to_model(self, description: str = "edgerun convert") -> Model:
+        """The graph as an :class:`edgerun.ir.Model` (tensors in first-use order, deterministic)."""
+        self.prune()
+        b = ModelBuilder(description)
+        order: list[int] = []
+        seen = set()
+
+        def visit(i):
+            if i >= 0 and i not in seen:
+                seen.add(i)
+                order.append(i)
+
+        for i in self.inputs:
+            visit(i)
+        for op in self.ops:
+            for i in op.inputs:
+                visit(i)
+            for o in op.outputs:
+                visit(o)
+        for o in self.outputs:
+            visit(o)
+        remap = {}
+        for i in order:
+            t = self.tensors[i]
+            if i in self.inputs:
+                remap[i] = b.input(t.name, t.shape, t.dtype, t.quant)
+            else:
+                remap[i] = b.tensor(t.name, t.shape, t.dtype, t.quant, data=t.data)
+        for op in self.ops:
+            b.op(op.op, [remap[i] if i >= 0 else -1 for i in op.inputs], [remap[o] for o in op.outputs],
+                 version=op.version, **op.options)
+        b.output(*[remap[o] for o in self.outputs])
+        b.signature()
+        for name in sorted(self.metadata):
+            b.metadata(name, self.metadata[name])
+        return b.model
+
+    def to_bytes(self, description: str = "edgerun convert") -> bytes:
+        from edgerun.schema.writer import write_model
+        return write_model(self.to_model(description))
+
+    @classmethod
+    def from_model(cls, model: Model, subgraph: int = 0) -> "Graph":
+        """A Graph over a read model (constants copied out as numpy arrays)."""
+        g = cls()
+        sg = model.subgraphs[subgraph]
+        for t in sg.tensors:
+            data = model.tensor_data(t) if t.buffer else None
+            if data is not None:
+                data = np.array(data)  # copy: the converter rewrites constants
+            g.tensors.append(T(t.name, tuple(t.shape), t.dtype, data, t.quant if t.quantized else None))
+            g._names.add(t.name)
+        for op in sg.operators:
+            g.ops.append(Op(model.op_name(op), list(op.inputs), list(op.outputs), dict(op.options),
+                            model.op_code(op).version))
+        g.inputs, g.outputs = list(sg.inputs), list(sg.outputs)
+        g.metadata = {k: v for k, v in model.metadata_dict().items() if k != "min_runtime_version"}
+        g._sparsity = {i: t.sparsity for i, t in enumerate(sg.tensors) if t.sparsity is not None}
+        return g

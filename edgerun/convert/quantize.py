@@ -1,0 +1,389 @@
+"""Float graph + calibrated ranges -> full-integer int8 graph, per TFLite's int8 quantization spec.
+
+The spec (https://ai.google.dev/edge/litert/models/quantization_spec), as applied here:
+
+* real = scale * (q - zero_point);
+* weights of CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV and FULLY_CONNECTED: int8 symmetric
+  (zero point 0, values in [-127, 127]) with one scale per output channel:
+  ``scale_c = max|w_c| / 127`` (axis 0, or 3 for depthwise filters ``1 x H x W x C``);
+* their bias: int32, zero point 0, ``scale_c = input_scale * weight_scale_c``;
+* activations: int8 asymmetric per tensor from the calibrated range [lo, hi] widened to hold 0:
+  ``scale = (hi - lo) / 255``, ``zero_point = round(-128 - lo / scale)``, so 0.0 is exact;
+* fixed output parameters: SOFTMAX and LOGISTIC (1/256, -128), TANH (1/128, 0),
+  LOG_SOFTMAX (16/256, 127);
+* ops that move values without arithmetic (RESHAPE, MAX_POOL_2D, AVERAGE_POOL_2D, CONCATENATION,
+  PAD, SLICE, TRANSPOSE, ...) share one (scale, zero_point) between their inputs and outputs; the
+  shared range is the union of the members' ranges (a union-find over tensors);
+* other constant operands (ADD/MUL operands, PRELU alpha) are int8 asymmetric per tensor.
+
+Each op's rule is data, :data:`RULES`, and is recorded on the op registry
+(``edgerun.ops.registry.REGISTRY[op].quant_rule``) so delegates and tools read the same table.
+Ops with no int8 form in TFLite (or that the caller keeps in float to meet an accuracy budget)
+run in float between DEQUANTIZE and QUANTIZE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgerun.convert.graph import Graph, Op, T
+from edgerun.errors import ConversionError
+from edgerun.ir import QuantParams
+
+
+@dataclass(frozen=True)
+class QuantRule:
+    """How one op is quantized.
+
+    kind: "weights" (int8 per-channel weights at ``weight_input`` along ``weight_axis``, int32
+    bias at ``bias_input``), "fixed" (output params ``fixed``), "same" (inputs ``shared`` and
+    outputs share params), "own" (output from its calibrated range), "float" (no int8 form).
+    """
+
+    kind: str
+    weight_input: int = 1
+    weight_axis: int = 0
+    bias_input: int | None = 2
+    fixed: tuple[float, int] | None = None
+    shared: tuple[int, ...] = (0,)  # data inputs that share the output's params ("same")
+    int8_version: int = 2
+
+
+def _w(axis=0, wi=1, bi=2, v=3):
+    return QuantRule("weights", wi, axis, bi, int8_version=v)
+
+
+RULES: dict[str, QuantRule] = {
+    "CONV_2D": _w(0, v=3), "DEPTHWISE_CONV_2D": _w(3, v=3), "FULLY_CONNECTED": _w(0, v=4),
+    "TRANSPOSE_CONV": _w(0, wi=1, bi=3, v=3),
+    "SOFTMAX": QuantRule("fixed", fixed=(1 / 256, -128)), "LOGISTIC": QuantRule("fixed", fixed=(1 / 256, -128)),
+    "TANH": QuantRule("fixed", fixed=(1 / 128, 0)), "LOG_SOFTMAX": QuantRule("fixed", fixed=(16 / 256, 127)),
+    "RESHAPE": QuantRule("same", int8_version=1), "SQUEEZE": QuantRule("same", int8_version=1),
+    "EXPAND_DIMS": QuantRule("same", int8_version=1),
+    "MAX_POOL_2D": QuantRule("same"), "AVERAGE_POOL_2D": QuantRule("same"), "REDUCE_MAX": QuantRule("same"),
+    "REDUCE_MIN": QuantRule("same"),
+    "TRANSPOSE": QuantRule("same"), "PAD": QuantRule("same"), "PADV2": QuantRule("same", shared=(0, 2)),
+    "MIRROR_PAD": QuantRule("same"), "SLICE": QuantRule("same"), "STRIDED_SLICE": QuantRule("same"),
+    "SPLIT": QuantRule("same", shared=(1,)), "SPLIT_V": QuantRule("same"), "GATHER": QuantRule("same"),
+    "RESIZE_BILINEAR": QuantRule("same"), "RESIZE_NEAREST_NEIGHBOR": QuantRule("same"),
+    "DEPTH_TO_SPACE": QuantRule("same"), "SPACE_TO_DEPTH": QuantRule("same"),
+    "CONCATENATION": QuantRule("same", shared=(-1,)),
+    "MAXIMUM": QuantRule("same", shared=(0, 1)), "MINIMUM": QuantRule("same", shared=(0, 1)),
+    "ADD": QuantRule("own"), "SUB": QuantRule("own"), "MUL": QuantRule("own"), "MEAN": QuantRule("own"),
+    "SUM": QuantRule("own"), "RELU": QuantRule("own"), "RELU6": QuantRule("own"),
+    "RELU_N1_TO_1": QuantRule("own"), "LEAKY_RELU": QuantRule("own"), "PRELU": QuantRule("own", int8_version=1),
+    "HARD_SWISH": QuantRule("own", int8_version=1), "ELU": QuantRule("own", int8_version=1),
+    "EXP": QuantRule("own"), "ABS": QuantRule("own"), "BATCH_MATMUL": QuantRule("own"),
+    "DIV": QuantRule("float"), "SQRT": QuantRule("float"), "NEG": QuantRule("float"), "RSQRT": QuantRule("float"),
+    "DEQUANTIZE": QuantRule("float"), "CAST": QuantRule("float"),
+}
+
+
+def install_rules() -> None:
+    """Record RULES on the one op registry (``OpDef.quant_rule``)."""
+    from edgerun.ops.registry import REGISTRY, OpDef
+    for op, rule in RULES.items():
+        REGISTRY.setdefault(op, OpDef(op)).quant_rule = rule
+
+
+install_rules()
+
+QMIN, QMAX = -128, 127
+
+
+def activation_params(lo: float, hi: float) -> tuple[float, int]:
+    """int8 asymmetric (scale, zero_point) for [lo, hi] widened to include 0 (0.0 exact)."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    if not np.isfinite(lo) or not np.isfinite(hi):
+        raise ConversionError(f"calibrated range [{lo}, {hi}] is not finite (NaN or inf in the float model)")
+    if hi - lo < 1e-8:
+        hi = lo + 1e-8 * 255
+    scale = float(np.float32((hi - lo) / 255.0))
+    zp = int(np.clip(np.round(QMIN - lo / scale), QMIN, QMAX))
+    return scale, zp
+
+
+def quantize_array(x: np.ndarray, scale, zp, dtype=np.int8, axis: int | None = None) -> np.ndarray:
+    info = np.iinfo(dtype)
+    s = np.asarray(scale, np.float64)
+    z = np.asarray(zp, np.int64)
+    if axis is not None and s.size > 1:
+        shp = [1] * x.ndim
+        shp[axis] = -1
+        s, z = s.reshape(shp), z.reshape(shp)
+    q = np.round(np.asarray(x, np.float64) / s) + z
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def weight_params(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8: (scales, q) with q in [-127, 127]."""
+    red = tuple(i for i in range(w.ndim) if i != axis)
+    amax = np.max(np.abs(w), axis=red) if w.size else np.zeros(w.shape[axis])
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = quantize_array(w, scale, np.zeros_like(scale, dtype=np.int64), np.int8, axis)
+    return scale, np.clip(q, -127, 127).astype(np.int8)
+
+
+class _UF:
+    def __init__(self):
+        self.parent = {}
+
+    def find(self, a):
+        self.parent.setdefault(a, a)
+        while self.parent[a] != a:
+            self.parent[a] = self.parent[self.parent[a]]
+            a = self.parent[a]
+        return a
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset()) -> set[int]:
+    """Indices of ops that stay float: no int8 form, or named (by output tensor) in keep_float."""
+    out = set()
+    for i, op in enumerate(g.ops):
+        rule = RULES.get(op.op)
+        if rule is None or rule.kind == "float":
+            out.add(i)
+        elif any(g.tensors[o].name in keep_float for o in op.outputs):
+            out.add(i)
+        elif op.op in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV") and \
+                g.tensors[op.inputs[rule.weight_input]].data is None:
+            out.add(i)  # run-time weights: not in the int8 spec
+    return out
+
+
+def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
+                   keep_float: set[str] | frozenset = frozenset()) -> Graph:
+    """A new int8 Graph from float graph ``g`` and calibrated ranges keyed by tensor name."""
+    if io_type not in ("int8", "uint8", "float32"):
+        raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
+    fops = float_ops(g, keep_float)
+    prod = g.producers()
+    is_act = [t.data is None for t in g.tensors]
+    # which activation tensors are int8: produced by an int8 op, or a graph input read by one
+    q_act = set()
+    for i, op in enumerate(g.ops):
+        if i not in fops:
+            q_act.update(op.outputs)
+    cons = g.consumers()
+    for t in g.inputs:
+        if any(c not in fops for c in cons.get(t, [])) or t in g.outputs:
+            q_act.add(t)
+
+    # parameter classes: tensors that must share (scale, zero_point)
+    uf = _UF()
+    fixed: dict[int, tuple[float, int]] = {}
+    for i, op in enumerate(g.ops):
+        if i not in fops and RULES[op.op].kind == "fixed":
+            fixed[op.outputs[0]] = RULES[op.op].fixed
+    class_fixed: dict[int, tuple[float, int]] = {t: f for t, f in fixed.items()}
+
+    def join(a, b):
+        ra, rb = uf.find(a), uf.find(b)
+        if ra == rb:
+            return
+        fa, fb = class_fixed.get(ra), class_fixed.get(rb)
+        if fa is not None and fb is not None and fa != fb:
+            return  # two different fixed params: keep apart, a QUANTIZE requantizes between them
+        uf.union(ra, rb)
+        r = uf.find(ra)
+        if fa is not None or fb is not None:
+            class_fixed[r] = fa if fa is not None else fb
+
+    for i, op in enumerate(g.ops):
+        if i in fops or RULES[op.op].kind != "same":
+            continue
+        rule = RULES[op.op]
+        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
+        for o in op.outputs[1:]:
+            join(op.outputs[0], o)
+        for k in shared:
+            if k < len(op.inputs) and op.inputs[k] >= 0 and is_act[op.inputs[k]]:
+                join(op.inputs[k], op.outputs[0])
+    class_range: dict[int, list[float]] = {}
+    acts = [t for t in range(len(g.tensors)) if is_act[t] and g.tensors[t].dtype == "float32"]
+    for t in acts:
+        name = g.tensors[t].name
+        if name in ranges:
+            lo, hi = ranges[name]
+            cr = class_range.setdefault(uf.find(t), [np.inf, -np.inf])
+            cr[0], cr[1] = min(cr[0], lo), max(cr[1], hi)
+    # constants that share a class (concat / maximum operands, PADV2 value) widen it
+    for i, op in enumerate(g.ops):
+        if i in fops or RULES[op.op].kind != "same":
+            continue
+        rule = RULES[op.op]
+        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
+        for k in shared:
+            if k < len(op.inputs) and op.inputs[k] >= 0 and not is_act[op.inputs[k]]:
+                d = g.tensors[op.inputs[k]].data
+                if d.dtype.kind == "f" and d.size:
+                    d = np.clip(d, -3e38, 3e38)
+                    cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
+                    if op.op == "PADV2" and k == 2 and float(d.min()) < -1e30:
+                        continue  # -inf padding for max pooling: the lowest int8 value
+                    cr[0], cr[1] = min(cr[0], float(d.min())), max(cr[1], float(d.max()))
+    params: dict[int, tuple[float, int]] = {}
+    for t in acts:
+        r = uf.find(t)
+        if r in class_fixed:
+            params[t] = class_fixed[r]
+        elif r in class_range and np.isfinite(class_range[r][0]):
+            params[t] = activation_params(*class_range[r])
+    for t in q_act:
+        if t not in params:
+            raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}' "
+                                  "(it was never computed during calibration)")
+
+    # build the new graph
+    q = Graph()
+    q.metadata = dict(g.metadata)
+    new_idx: dict[int, int] = {}  # float tensor -> its main tensor in q (int8 if quantized)
+    conv_cache: dict[tuple[int, str], int] = {}
+
+    def main_tensor(t: int) -> int:
+        if t in new_idx:
+            return new_idx[t]
+        src = g.tensors[t]
+        if t in q_act:
+            s, z = params[t]
+            idx = q.tensor(src.name, src.shape, "int8", quant=QuantParams([s], [z]))
+        else:
+            idx = q.tensor(src.name, src.shape, src.dtype, data=src.data)
+        new_idx[t] = idx
+        return idx
+
+    def as_float(t: int) -> int:
+        m = main_tensor(t)
+        if q.tensors[m].dtype != "int8" or t not in q_act:
+            return m
+        key = (t, "float")
+        if key not in conv_cache:
+            f = q.tensor(g.tensors[t].name + "_dequant", g.tensors[t].shape, "float32")
+            q.ops.append(Op("DEQUANTIZE", [m], [f], version=2))
+            conv_cache[key] = f
+        return conv_cache[key]
+
+    def as_int8(t: int, want: tuple[float, int] | None = None) -> int:
+        m = main_tensor(t)
+        if t in q_act:
+            if want is None or params[t] == want:
+                return m
+            key = (t, f"requant{want}")
+            if key not in conv_cache:
+                r = q.tensor(g.tensors[t].name + "_requant", g.tensors[t].shape, "int8", quant=QuantParams([want[0]], [want[1]]))
+                q.ops.append(Op("QUANTIZE", [m], [r], version=2))
+                conv_cache[key] = r
+            return conv_cache[key]
+        key = (t, "int8")
+        if key not in conv_cache:
+            if want is None and t not in params:
+                raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}'")
+            s, z = want if want is not None else params[t]
+            r = q.tensor(g.tensors[t].name + "_quant", g.tensors[t].shape, "int8", quant=QuantParams([s], [z]))
+            q.ops.append(Op("QUANTIZE", [m], [r], version=1))
+            conv_cache[key] = r
+        return conv_cache[key]
+
+    # graph inputs
+    for t in g.inputs:
+        src = g.tensors[t]
+        if t not in q_act:
+            q.inputs.append(main_tensor(t))
+            continue
+        s, z = params[t]
+        if io_type == "int8":
+            q.inputs.append(main_tensor(t))
+            continue
+        if io_type == "uint8":
+            ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
+        else:
+            ext = q.tensor(src.name, src.shape, "float32")
+        inner = q.tensor(src.name + "_int8", src.shape, "int8", quant=QuantParams([s], [z]))
+        new_idx[t] = inner
+        q.ops.append(Op("QUANTIZE", [ext], [inner], version=2 if io_type == "uint8" else 1))
+        q.inputs.append(ext)
+
+    for i, op in enumerate(g.ops):
+        if i in fops:
+            ins = [as_float(t) if t >= 0 and is_act[t] else (main_tensor(t) if t >= 0 else -1) for t in op.inputs]
+            outs = [main_tensor(o) for o in op.outputs]
+            q.ops.append(Op(op.op, ins, outs, dict(op.options), op.version, op.origin))
+            continue
+        rule = RULES[op.op]
+        ins: list[int] = []
+        out_p = params[op.outputs[0]]
+        for k, t in enumerate(op.inputs):
+            if t < 0:
+                ins.append(-1)
+                continue
+            src = g.tensors[t]
+            if is_act[t]:
+                if rule.kind == "same" and (k in rule.shared or rule.shared == (-1,)):
+                    ins.append(as_int8(t, out_p))
+                else:
+                    ins.append(as_int8(t))
+                continue
+            data = src.data
+            if data.dtype.kind != "f":
+                ins.append(q.tensor(src.name, src.shape, src.dtype, data=data))
+                continue
+            if rule.kind == "weights" and k == rule.weight_input:
+                ws, wq = weight_params(data.astype(np.float32), rule.weight_axis)
+                ins.append(q.tensor(src.name, src.shape, "int8", data=wq,
+                                    quant=QuantParams(ws, np.zeros(ws.size, np.int64), rule.weight_axis)))
+            elif rule.kind == "weights" and k == rule.bias_input:
+                in_s = params[op.inputs[2 if op.op == "TRANSPOSE_CONV" else 0]][0]
+                wdata = g.tensors[op.inputs[rule.weight_input]].data.astype(np.float32)
+                ws, _ = weight_params(wdata, rule.weight_axis)
+                bs = (np.float64(in_s) * ws.astype(np.float64)).astype(np.float32)
+                bq = np.clip(np.round(data.astype(np.float64) / bs.astype(np.float64)), -(2 ** 31 - 1), 2 ** 31 - 1)
+                ins.append(q.tensor(src.name, src.shape, "int32", data=bq.astype(np.int32),
+                                    quant=QuantParams(bs, np.zeros(bs.size, np.int64), 0)))
+            elif rule.kind == "same" and (k in rule.shared or rule.shared == (-1,)):
+                s, z = out_p
+                ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
+                                    quant=QuantParams([s], [z])))
+            else:
+                s, z = activation_params(float(data.min()) if data.size else 0.0,
+                                         float(data.max()) if data.size else 0.0)
+                ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
+                                    quant=QuantParams([s], [z])))
+        outs = [main_tensor(o) for o in op.outputs]
+        q.ops.append(Op(op.op, ins, outs, dict(op.options), max(op.version, rule.int8_version), op.origin))
+
+    # graph outputs
+    for t in g.outputs:
+        src = g.tensors[t]
+        if t not in q_act:
+            q.outputs.append(main_tensor(t))
+            continue
+        s, z = params[t]
+        inner = main_tensor(t)
+        if io_type == "int8":
+            q.outputs.append(inner)
+            continue
+        q.rename(inner, src.name + "_int8")
+        if io_type == "uint8":
+            ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
+            q.ops.append(Op("QUANTIZE", [inner], [ext], version=2))
+        else:
+            ext = q.tensor(src.name, src.shape, "float32")
+            q.ops.append(Op("DEQUANTIZE", [inner], [ext], version=2))
+        q.outputs.append(ext)
+    return q
+
+
+def tensor_params(g: Graph) -> dict[str, tuple[float, int]]:
+    """name -> (scale, zero_point) of every per-tensor quantized activation in ``g``."""
+    return {t.name: (float(t.quant.scale[0]), int(t.quant.zero_point[0])) for t in g.tensors
+            if t.quant is not None and t.data is None and t.quant.scale.size == 1}
+
+
+__all__ = ["QuantRule", "RULES", "quantize_graph", "activation_params", "weight_params", "quantize_array", "T"]
