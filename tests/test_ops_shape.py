@@ -415,3 +415,25 @@ def test_densify_feeds_fully_connected():
     xv = rng.standard_normal((3, 8)).astype(np.float32)
     got = compare_with_litert(b.to_bytes(), [xv])[0]
     np.testing.assert_allclose(got, xv @ w.T + bias_v, rtol=1e-5, atol=1e-6)
+
+
+def test_shape_gather_concat_reshape_folds():
+    """SHAPE -> GATHER -> CONCATENATION -> RESHAPE: flatten all but the first two dims."""
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4, 5), "int8", Q, shape_signature=(-1, 3, 4, 5))
+    s = b.tensor("s", (4,), "int32")
+    head = b.tensor("head", (2,), "int32")
+    shp = b.tensor("shp", (3,), "int32")
+    y = b.tensor("y", (2, 3, 20), "int8", Q)
+    b.op("SHAPE", [x], [s], out_type=TENSOR_TYPE_CODES["int32"])
+    b.op("GATHER", [s, b.const("i", np.array([0, 1], np.int32))], [head], axis=0)
+    b.op("CONCATENATION", [head, b.const("tail", np.array([-1], np.int32))], [shp], axis=0)
+    b.op("RESHAPE", [x, shp], [y])
+    b.output(y)
+    m = b.to_bytes()
+    xv = np.random.default_rng(27).integers(-128, 128, size=(4, 3, 4, 5)).astype(np.int8)
+    assert compare_with_litert(m, [xv])[0].shape == (4, 3, 20)
+    it = Interpreter(model_content=m)
+    it.resize_tensor_input(0, (4, 3, 4, 5))
+    it.allocate_tensors()
+    assert [st.name for st in it._runner(0).steps] == ["RESHAPE"]

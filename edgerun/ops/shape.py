@@ -67,7 +67,8 @@ class _Reshaping(Kernel):
 class Reshape(_Reshaping):
     """New shape from the shape tensor (input 1) when it is a 1-D vector, else from
     ``options.new_shape``; one dimension may be -1 (inferred); ``new_shape == [0]`` means a
-    scalar (legacy TFLite convention)."""
+    scalar (legacy TFLite convention). An int64 shape tensor is used too (LiteRT only reads int32
+    ones and otherwise falls back to the options, failing when they are empty)."""
 
     def prepare(self):
         ctx = self.ctx
