@@ -255,9 +255,9 @@ def test_int8_random_quantization_sweep(seed):
     compare_with_litert(_leaky((s, zp), (s_out, zp_out), float(rng.uniform(-2, 2)), shape=x.shape), [x])
     compare_with_litert(single_op("HARD_SWISH", x.shape, "int8", (s, zp), (s_out, zp_out)), [x])
     alpha = rng.integers(-128, 128, (256,)).astype(np.int8)
+    qa = (float(10 ** rng.uniform(-3, -1)), int(rng.integers(-128, 128)))
     compare_with_litert(single_op("PRELU", x.shape, "int8", (s, zp), (s_out, zp_out), alpha=alpha,
-                                  alpha_quant=(float(10 ** rng.uniform(-3, -1)), int(rng.integers(-128, 128)))),
-                        [x])
+                                  alpha_quant=qa), [x])
 
 
 def test_hard_swish_int8_rejects_output_scale_64x_finer():

@@ -24,10 +24,17 @@ import math
 import numpy as np
 
 from edgerun.ops.common import qparams
-from edgerun.ops.fixedpoint import (INT32_MIN, exp_on_negative_values, get_reciprocal,
-                                    log_x_for_x_greater_than_or_equal_to_1, multiply_by_quantized_multiplier,
-                                    quantize_multiplier, rescale, rounding_divide_by_pot,
-                                    saturating_rounding_doubling_high_mul)
+from edgerun.ops.fixedpoint import (
+    INT32_MIN,
+    exp_on_negative_values,
+    get_reciprocal,
+    log_x_for_x_greater_than_or_equal_to_1,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rescale,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
 from edgerun.ops.registry import Kernel, register
 
 _F32 = np.float32
