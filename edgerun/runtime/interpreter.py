@@ -105,6 +105,7 @@ class SubgraphRunner:
                 if data is not None:
                     consts[i] = data
         self.known = dict(consts)
+        self._check_topology()
         steps = []
         for ni, op in enumerate(g.operators):
             ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known)
@@ -139,6 +140,27 @@ class SubgraphRunner:
         self.steps = self.interp._partition(self, steps)
         self._plan()
         self.prepared = True
+
+    def _check_topology(self) -> None:
+        """Every tensor a node reads must exist before it runs; every tensor is written once."""
+        g = self.graph
+        ready = set(g.inputs) | set(self.known) | {i for i, t in enumerate(g.tensors) if t.is_variable}
+        written: set[int] = set()
+        for ni, op in enumerate(g.operators):
+            for i in op.inputs:
+                if i >= 0 and i not in ready:
+                    raise ModelFormatError(f"node {ni} ({self.model.op_name(op)}) reads tensor {i} "
+                                           f"('{g.tensors[i].name}') before any node writes it")
+            for o in op.outputs:
+                if o in written or o in self.known or o in g.inputs:
+                    raise ModelFormatError(f"node {ni} ({self.model.op_name(op)}) writes tensor {o} "
+                                           f"('{g.tensors[o].name}'), which is already an input, a "
+                                           "constant or another node's output")
+                written.add(o)
+                ready.add(o)
+        for o in g.outputs:
+            if o not in ready:
+                raise ModelFormatError(f"model output tensor {o} ('{g.tensors[o].name}') is never written")
 
     def _plan(self) -> None:
         g = self.graph
@@ -192,11 +214,15 @@ class SubgraphRunner:
             outs = st.fn([vals[i] if i >= 0 else None for i in st.inputs])
             for o, arr in zip(st.outputs, outs):
                 dst = vals[o]
-                if dst is not None and dst.shape == np.shape(arr) and not self.graph.tensors[o].is_variable:
+                if dst is None or self.graph.tensors[o].is_variable:
+                    vals[o] = np.asarray(arr)
+                elif dst.shape == np.shape(arr):
                     if dst is not arr:
                         np.copyto(dst, arr, casting="unsafe")
-                else:  # dynamic shape: keep the array outside the arena
-                    vals[o] = np.asarray(arr)
+                else:
+                    raise EdgerunError(f"{st.name} produced tensor {o} with shape {list(np.shape(arr))}, "
+                                       f"but allocate_tensors planned {list(dst.shape)} (data-dependent "
+                                       "shapes are not supported)")
             if profile:
                 key = f"{st.name}"
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
