@@ -1,0 +1,692 @@
+/* int8 kernels with TFLite's reference semantics (LiteRT BUILTIN_REF), op by op.
+ *
+ * prepare: check types and shapes (so eval never indexes outside a tensor), compute the
+ * fixed-point multipliers, activation ranges and lookup tables. eval: integer loops only.
+ * Requantization is MultiplyByQuantizedMultiplier: SaturatingRoundingDoublingHighMul followed by
+ * a rounding (half away from zero) right shift -- TFLite's "double rounding". */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+
+/* ---- persistent memory for prepared data (no heap) ---------------------------------------- */
+static _Alignas(8) uint8_t pool[ER_POOL_BYTES];
+static uint32_t pool_used;
+
+void er_pool_reset(void) { pool_used = 0; }
+
+static void *pool_alloc(uint32_t bytes) {
+    bytes = (bytes + 7u) & ~7u;
+    if (bytes > ER_POOL_BYTES - pool_used) return NULL;
+    void *p = pool + pool_used;
+    pool_used += bytes;
+    return p;
+}
+
+/* ---- fixed point --------------------------------------------------------------------------- */
+static int32_t srdhm(int32_t a, int32_t b) {
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    int64_t ab = (int64_t)a * (int64_t)b;
+    int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31)); /* C division truncates toward zero */
+}
+
+static int32_t rdbpot(int32_t x, int32_t e) {
+    int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
+    int32_t rem = x & mask;
+    int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (rem > thr ? 1 : 0);
+}
+
+int32_t er_mbqm(int32_t x, int32_t mult, int32_t shift) {
+    int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    return rdbpot(srdhm((int32_t)((uint32_t)x << left), mult), right);
+}
+
+void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift) {
+    if (real == 0.0) {
+        *mult = 0;
+        *shift = 0;
+        return;
+    }
+    int e;
+    double q = frexp(real, &e);
+    int64_t qf = (int64_t)round(q * 2147483648.0);
+    if (qf == ((int64_t)1 << 31)) {
+        qf /= 2;
+        e++;
+    }
+    if (e < -31) {
+        e = 0;
+        qf = 0;
+    }
+    if (e > 30) { /* as edgerun/ops/fixedpoint.py */
+        e = 30;
+        qf = ((int64_t)1 << 31) - 1;
+    }
+    *mult = (int32_t)qf;
+    *shift = e;
+}
+
+static int32_t clampi(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+#define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_MODEL_INVALID; } while (0)
+#define UNSUP(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_UNSUPPORTED_OP; } while (0)
+
+static er_tensor *tin(er_model *m, er_node *n, int k) { return k < n->n_in && n->in[k] >= 0 ? &m->tensors[n->in[k]] : NULL; }
+static er_tensor *tout(er_model *m, er_node *n) { return &m->tensors[n->out]; }
+static const int8_t *i8in(er_model *m, er_node *n, int k) { return (const int8_t *)er_model_tensor_data(m, n->in[k]); }
+static int8_t *i8out(er_model *m, er_node *n) { return (int8_t *)er_model_tensor_data(m, n->out); }
+static int32_t ld_i32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+
+static float scale_at(er_model *m, const er_tensor *t, uint32_t c) {
+    return t->scales.n > 1 ? fb_vec_f32(&m->fb, &t->scales, c) : t->scale;
+}
+
+static int act_range(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi) {
+    const int32_t qmin = -128, qmax = 127;
+    float s = out->scale;
+    int32_t z = out->zp;
+#define Q(f) (z + (int32_t)roundf((f) / s))
+    switch (act) {
+        case 0: *lo = qmin; *hi = qmax; return 1;
+        case 1: *lo = qmin > Q(0.0f) ? qmin : Q(0.0f); *hi = qmax; return 1;
+        case 2: *lo = qmin > Q(-1.0f) ? qmin : Q(-1.0f); *hi = qmax < Q(1.0f) ? qmax : Q(1.0f); return 1;
+        case 3: *lo = qmin > Q(0.0f) ? qmin : Q(0.0f); *hi = qmax < Q(6.0f) ? qmax : Q(6.0f); return 1;
+        default: return 0;
+    }
+#undef Q
+}
+
+static int is_i8(const er_tensor *t) { return t && t->type == ER_TYPE_INT8 && t->scales.n >= 1; }
+
+static int32_t out_size(int32_t padding, int32_t in, int32_t filter, int32_t stride, int32_t dil) {
+    int32_t eff = (filter - 1) * dil + 1;
+    if (padding == 0) return (in + stride - 1) / stride; /* SAME */
+    return (in + stride - eff) / stride;                   /* VALID */
+}
+
+static int32_t pad_amount(int32_t in, int32_t filter, int32_t stride, int32_t dil, int32_t out) {
+    int32_t eff = (filter - 1) * dil + 1;
+    int32_t total = (out - 1) * stride + eff - in;
+    return total > 0 ? total / 2 : 0;
+}
+
+static int per_channel(er_model *m, er_node *n, const er_tensor *in, const er_tensor *f, const er_tensor *out,
+                       int32_t channels) {
+    n->pc_mult = pool_alloc((uint32_t)channels * 4u);
+    n->pc_shift = pool_alloc((uint32_t)channels * 4u);
+    if (!n->pc_mult || !n->pc_shift) return 0;
+    for (int32_t c = 0; c < channels; c++) {
+        double real = (double)in->scale * (double)scale_at(m, f, (uint32_t)c) / (double)out->scale;
+        er_quantize_multiplier(real, &n->pc_mult[c], &n->pc_shift[c]);
+    }
+    return 1;
+}
+
+/* ---- prepare ---------------------------------------------------------------------------------- */
+static int prep_conv(er_model *m, er_node *n, char *err, size_t errlen, int depthwise) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *b = tin(m, n, 2), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(f) || !is_i8(out)) UNSUP("only int8 input, filter and output are supported");
+    if (in->ndim != 4 || f->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
+    if (!f->is_const) UNSUP("the filter must be constant");
+    int32_t oc = out->dims[3];
+    if (f->scales.n != 1 && f->scales.n != (uint32_t)(depthwise ? f->dims[3] : f->dims[0]))
+        FAIL("filter has %u scales", (unsigned)f->scales.n);
+    if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)oc)) FAIL("bias must be int32[%d]", (int)oc);
+    if (n->stride_w < 1 || n->stride_h < 1 || n->dil_w < 1 || n->dil_h < 1 || n->padding > 1) FAIL("bad stride/dilation/padding");
+    int32_t fh = f->dims[1], fw = f->dims[2];
+    if (depthwise) {
+        if (f->dims[0] != 1 || f->dims[3] != oc) FAIL("filter shape must be [1, h, w, %d]", (int)oc);
+        if (in->dims[3] == 0 || oc % in->dims[3]) FAIL("output channels are not a multiple of input channels");
+        n->depth_mult = oc / in->dims[3];
+    } else {
+        if (f->dims[0] != oc || f->dims[3] != in->dims[3]) FAIL("filter shape does not match input/output channels");
+    }
+    if (out->dims[0] != in->dims[0]) FAIL("batch mismatch");
+    int32_t oh = out_size(n->padding, in->dims[1], fh, n->stride_h, n->dil_h);
+    int32_t ow = out_size(n->padding, in->dims[2], fw, n->stride_w, n->dil_w);
+    if (oh != out->dims[1] || ow != out->dims[2]) FAIL("output is %dx%d, expected %dx%d", (int)out->dims[1], (int)out->dims[2], (int)oh, (int)ow);
+    n->pad_h = pad_amount(in->dims[1], fh, n->stride_h, n->dil_h, oh);
+    n->pad_w = pad_amount(in->dims[2], fw, n->stride_w, n->dil_w, ow);
+    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (!per_channel(m, n, in, f, out, oc)) FAIL("out of prepare memory");
+    return ER_OK;
+}
+
+static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *b = tin(m, n, 2), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(f) || !is_i8(out)) UNSUP("only int8 input, weights and output are supported");
+    if (f->ndim != 2 || !f->is_const) UNSUP("weights must be a constant 2-D tensor");
+    int32_t units = f->dims[0], depth = f->dims[1];
+    if (depth <= 0 || in->count % (uint32_t)depth) FAIL("input size %u is not a multiple of %d", (unsigned)in->count, (int)depth);
+    uint32_t batches = in->count / (uint32_t)depth;
+    if (out->count != batches * (uint32_t)units) FAIL("output has %u elements, expected %u", (unsigned)out->count, (unsigned)(batches * units));
+    if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)units)) FAIL("bias must be int32[%d]", (int)units);
+    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (f->scales.n > 1) {
+        if (f->scales.n != (uint32_t)units) FAIL("weights have %u scales", (unsigned)f->scales.n);
+        if (!per_channel(m, n, in, f, out, units)) FAIL("out of prepare memory");
+    } else {
+        /* GetQuantizedConvolutionMultipler: the scale product is taken in float */
+        double real = (double)(in->scale * f->scale) / (double)out->scale;
+        er_quantize_multiplier(real, &n->mult, &n->shift);
+    }
+    return ER_OK;
+}
+
+static int prep_pool(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (in->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
+    if (n->stride_w < 1 || n->stride_h < 1 || n->filter_w < 1 || n->filter_h < 1 || n->padding > 1) FAIL("bad pool options");
+    int32_t oh = out_size(n->padding, in->dims[1], n->filter_h, n->stride_h, 1);
+    int32_t ow = out_size(n->padding, in->dims[2], n->filter_w, n->stride_w, 1);
+    if (out->dims[0] != in->dims[0] || out->dims[3] != in->dims[3] || oh != out->dims[1] || ow != out->dims[2])
+        FAIL("output shape does not match the pool");
+    n->pad_h = pad_amount(in->dims[1], n->filter_h, n->stride_h, 1, oh);
+    n->pad_w = pad_amount(in->dims[2], n->filter_w, n->stride_w, 1, ow);
+    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    return ER_OK;
+}
+
+static int broadcastable(const er_tensor *a, const er_tensor *out) {
+    if (a->ndim > out->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++) {
+        int32_t d = a->dims[a->ndim - 1 - i], o = out->dims[out->ndim - 1 - i];
+        if (d != o && d != 1) return 0;
+    }
+    return 1;
+}
+
+static int prep_binary(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    if (n->n_in != 2 || !is_i8(a) || !is_i8(b) || !is_i8(out)) UNSUP("only int8 inputs and output are supported");
+    if (!broadcastable(a, out) || !broadcastable(b, out)) FAIL("input shapes do not broadcast to the output");
+    for (int i = 0; i < out->ndim; i++) {
+        int32_t da = i < out->ndim - a->ndim ? 1 : a->dims[i - (out->ndim - a->ndim)];
+        int32_t db = i < out->ndim - b->ndim ? 1 : b->dims[i - (out->ndim - b->ndim)];
+        int32_t want = da > db ? da : db;
+        if (out->dims[i] != want) FAIL("output shape does not match the broadcast");
+    }
+    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (n->op == 0) { /* ADD */
+        n->left_shift = 20;
+        double twice_max = 2.0 * (double)(a->scale > b->scale ? a->scale : b->scale);
+        er_quantize_multiplier((double)a->scale / twice_max, &n->mult1, &n->shift1);
+        er_quantize_multiplier((double)b->scale / twice_max, &n->mult2, &n->shift2);
+        er_quantize_multiplier(twice_max / ((double)(1 << 20) * (double)out->scale), &n->mult, &n->shift);
+    } else { /* MUL */
+        double real = (double)a->scale * (double)b->scale / (double)out->scale;
+        er_quantize_multiplier(real, &n->mult, &n->shift);
+    }
+    return ER_OK;
+}
+
+static int same_q(const er_tensor *a, const er_tensor *b) { return a->scale == b->scale && a->zp == b->zp; }
+
+static int prep_mean(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *ax = tin(m, n, 1), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (!ax || !ax->is_const || ax->type != ER_TYPE_INT32 || ax->count == 0 || ax->count > ER_MAX_DIMS) FAIL("axis must be a constant int32 vector");
+    uint32_t red = 0; /* bit mask of reduced axes */
+    for (uint32_t i = 0; i < ax->count; i++) {
+        int32_t a = ld_i32(ax->cdata + 4 * i);
+        if (a < 0) a += in->ndim;
+        if (a < 0 || a >= in->ndim) FAIL("axis %d out of range", (int)a);
+        red |= 1u << a;
+    }
+    uint32_t expect = 1;
+    for (int i = 0; i < in->ndim; i++) if (!(red & (1u << i))) expect *= (uint32_t)in->dims[i];
+    if (out->count != expect) FAIL("output has %u elements, expected %u", (unsigned)out->count, (unsigned)expect);
+    n->axis = (int32_t)red;
+    if (n->keep_dims && in->ndim == 4 && ax->count == 2 && red == 6u) {
+        n->mean_kind = 0;
+        er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
+    } else {
+        n->mean_kind = same_q(in, out) ? 1 : 2;
+        if (out->count > 4096) UNSUP("MEAN over these axes with more than 4096 outputs");
+    }
+    return ER_OK;
+}
+
+static int prep_softmax(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
+    n->ftable = pool_alloc(256 * sizeof(float));
+    if (!n->ftable) FAIL("out of prepare memory");
+    const float scale = -in->scale * n->beta;
+    for (int32_t v = 0; v <= 255; v++) n->ftable[255 - v] = expf(scale * (float)v);
+    return ER_OK;
+}
+
+static int prep_logistic(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (in->count != out->count) FAIL("shape mismatch");
+    n->itable = pool_alloc(256);
+    if (!n->itable) FAIL("out of prepare memory");
+    const float inv = 1.0f / out->scale;
+    for (int32_t v = -128; v <= 127; v++) {
+        const float x = in->scale * (float)(v - in->zp);
+        const float y = 1.0f / (1.0f + expf(-x));
+        const float r = roundf(y * inv);
+        int32_t q = (int32_t)(r + (float)out->zp);
+        n->itable[(uint8_t)(int8_t)v] = (int8_t)clampi(q, -128, 127);
+    }
+    return ER_OK;
+}
+
+static int prep_relu(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (in->count != out->count) FAIL("shape mismatch");
+    er_quantize_multiplier((double)(in->scale / out->scale), &n->mult, &n->shift);
+    n->act_min = clampi(out->zp + (int32_t)roundf(0.0f / out->scale), -128, 127);
+    n->act_max = n->op == 21 ? clampi(out->zp + (int32_t)roundf(6.0f / out->scale), -128, 127) : 127;
+    if (out->zp + (int32_t)roundf(0.0f / out->scale) < -128) n->act_min = -128;
+    return ER_OK;
+}
+
+static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (in->count != out->count) FAIL("shape mismatch");
+    if (n->op == 114) { /* QUANTIZE */
+        if (!is_i8(out) || out->scales.n != 1) UNSUP("output must be per-tensor int8");
+        if (in->type == ER_TYPE_FLOAT32) return ER_OK;
+        if (is_i8(in)) {
+            er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
+            return ER_OK;
+        }
+        UNSUP("input type %u", (unsigned)in->type);
+    }
+    if (!is_i8(in) || in->scales.n != 1 || out->type != ER_TYPE_FLOAT32) UNSUP("only int8 -> float32");
+    return ER_OK;
+}
+
+static int prep_copy(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!in || in->bytes != out->bytes || in->type != out->type) FAIL("input and output sizes differ");
+    return ER_OK;
+}
+
+static int prep_concat(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *out = tout(m, n);
+    if (!is_i8(out)) UNSUP("only int8 is supported");
+    int32_t axis = n->axis < 0 ? n->axis + out->ndim : n->axis;
+    if (axis < 0 || axis >= out->ndim) FAIL("axis %d out of range", (int)n->axis);
+    n->axis = axis;
+    int32_t sum = 0;
+    for (int k = 0; k < n->n_in; k++) {
+        er_tensor *t = tin(m, n, k);
+        if (!is_i8(t) || t->ndim != out->ndim) FAIL("input %d rank or type differs", k);
+        if (!same_q(t, out)) UNSUP("inputs with a scale or zero point other than the output's");
+        for (int d = 0; d < out->ndim; d++)
+            if (d != axis && t->dims[d] != out->dims[d]) FAIL("input %d shape differs off the axis", k);
+        sum += t->dims[axis];
+    }
+    if (sum != out->dims[axis]) FAIL("inputs do not add up to the output along the axis");
+    if (n->act != 0) UNSUP("fused activation on CONCATENATION");
+    return ER_OK;
+}
+
+static int prep_pad(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *p = tin(m, n, 1), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (!same_q(in, out)) FAIL("input and output quantization differ");
+    if (!p || !p->is_const || p->type != ER_TYPE_INT32 || p->count != 2u * in->ndim || out->ndim != in->ndim)
+        FAIL("paddings must be a constant int32 [%d, 2]", (int)in->ndim);
+    for (int d = 0; d < in->ndim; d++) {
+        int32_t lo = ld_i32(p->cdata + 8 * d), hi = ld_i32(p->cdata + 8 * d + 4);
+        if (lo < 0 || hi < 0 || in->dims[d] + lo + hi != out->dims[d]) FAIL("paddings do not match the output shape");
+    }
+    n->act_min = out->zp;
+    if (n->op == 60 && tin(m, n, 2)) { /* PADV2 constant */
+        er_tensor *c = tin(m, n, 2);
+        if (!c->is_const || c->type != ER_TYPE_INT8 || c->count != 1) FAIL("pad value must be a constant int8 scalar");
+        n->act_min = (int8_t)c->cdata[0];
+    }
+    return ER_OK;
+}
+
+int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
+    if (n->n_in == 0 || n->in[0] < 0) FAIL("missing input");
+    switch (n->op) {
+        case 3: return prep_conv(m, n, err, errlen, 0);
+        case 4: return prep_conv(m, n, err, errlen, 1);
+        case 9: return prep_fc(m, n, err, errlen);
+        case 1: case 17: return prep_pool(m, n, err, errlen);
+        case 0: case 18: return prep_binary(m, n, err, errlen);
+        case 40: return prep_mean(m, n, err, errlen);
+        case 25: return prep_softmax(m, n, err, errlen);
+        case 14: return prep_logistic(m, n, err, errlen);
+        case 19: case 21: return prep_relu(m, n, err, errlen);
+        case 114: case 6: return prep_quantize(m, n, err, errlen);
+        case 22: case 43: case 70: return prep_copy(m, n, err, errlen);
+        case 2: return prep_concat(m, n, err, errlen);
+        case 34: case 60: return prep_pad(m, n, err, errlen);
+        default:
+            snprintf(err, errlen, "unsupported op %s (builtin code %u); supported: ADD, AVERAGE_POOL_2D, "
+                     "CONCATENATION, CONV_2D, DEPTHWISE_CONV_2D, DEQUANTIZE, FULLY_CONNECTED, LOGISTIC, "
+                     "MAX_POOL_2D, MEAN, MUL, PAD, PADV2, QUANTIZE, RELU, RELU6, RESHAPE, SOFTMAX, SQUEEZE, EXPAND_DIMS",
+                     er_op_name(n->op), (unsigned)n->op);
+            return ER_ERR_UNSUPPORTED_OP;
+    }
+}
+
+/* ---- eval ---------------------------------------------------------------------------------- */
+static void eval_conv(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0), *w = (const int8_t *)f->cdata;
+    const uint8_t *bias = tin(m, n, 2) ? tin(m, n, 2)->cdata : NULL;
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    const int32_t OH = out->dims[1], OW = out->dims[2], OC = out->dims[3], FH = f->dims[1], FW = f->dims[2];
+    const int32_t in_off = -in->zp, out_off = out->zp;
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++) {
+                const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                for (int32_t oc = 0; oc < OC; oc++) {
+                    int32_t acc = 0;
+                    for (int32_t fy = 0; fy < FH; fy++) {
+                        const int32_t iy = iy0 + n->dil_h * fy;
+                        if (iy < 0 || iy >= H) continue;
+                        for (int32_t fx = 0; fx < FW; fx++) {
+                            const int32_t ix = ix0 + n->dil_w * fx;
+                            if (ix < 0 || ix >= W) continue;
+                            const int8_t *xp = x + ((b * H + iy) * W + ix) * C;
+                            const int8_t *wp = w + ((oc * FH + fy) * FW + fx) * C;
+                            for (int32_t ic = 0; ic < C; ic++) acc += (int32_t)wp[ic] * ((int32_t)xp[ic] + in_off);
+                        }
+                    }
+                    if (bias) acc += ld_i32(bias + 4 * oc);
+                    acc = er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]) + out_off;
+                    y[((b * OH + oy) * OW + ox) * OC + oc] = (int8_t)clampi(acc, n->act_min, n->act_max);
+                }
+            }
+}
+
+static void eval_dwconv(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0), *w = (const int8_t *)f->cdata;
+    const uint8_t *bias = tin(m, n, 2) ? tin(m, n, 2)->cdata : NULL;
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    const int32_t OH = out->dims[1], OW = out->dims[2], OC = out->dims[3], FH = f->dims[1], FW = f->dims[2];
+    const int32_t DM = n->depth_mult, in_off = -in->zp, out_off = out->zp;
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++)
+                for (int32_t ic = 0; ic < C; ic++)
+                    for (int32_t mm = 0; mm < DM; mm++) {
+                        const int32_t oc = ic * DM + mm;
+                        const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                        int32_t acc = 0;
+                        for (int32_t fy = 0; fy < FH; fy++) {
+                            const int32_t iy = iy0 + n->dil_h * fy;
+                            if (iy < 0 || iy >= H) continue;
+                            for (int32_t fx = 0; fx < FW; fx++) {
+                                const int32_t ix = ix0 + n->dil_w * fx;
+                                if (ix < 0 || ix >= W) continue;
+                                acc += (int32_t)w[(fy * FW + fx) * OC + oc] *
+                                       ((int32_t)x[((b * H + iy) * W + ix) * C + ic] + in_off);
+                            }
+                        }
+                        if (bias) acc += ld_i32(bias + 4 * oc);
+                        acc = er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]) + out_off;
+                        y[((b * OH + oy) * OW + ox) * OC + oc] = (int8_t)clampi(acc, n->act_min, n->act_max);
+                    }
+}
+
+static void eval_fc(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1);
+    const int8_t *x = i8in(m, n, 0), *w = (const int8_t *)f->cdata;
+    const uint8_t *bias = tin(m, n, 2) ? tin(m, n, 2)->cdata : NULL;
+    int8_t *y = i8out(m, n);
+    const int32_t units = f->dims[0], depth = f->dims[1], batches = (int32_t)(in->count / (uint32_t)depth);
+    const int32_t in_off = -in->zp, out_off = tout(m, n)->zp;
+    for (int32_t b = 0; b < batches; b++)
+        for (int32_t u = 0; u < units; u++) {
+            int32_t acc = 0;
+            for (int32_t d = 0; d < depth; d++) acc += (int32_t)w[u * depth + d] * ((int32_t)x[b * depth + d] + in_off);
+            if (bias) acc += ld_i32(bias + 4 * u);
+            acc = n->pc_mult ? er_mbqm(acc, n->pc_mult[u], n->pc_shift[u]) : er_mbqm(acc, n->mult, n->shift);
+            y[b * units + u] = (int8_t)clampi(acc + out_off, n->act_min, n->act_max);
+        }
+}
+
+static void eval_pool(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], OH = out->dims[1], OW = out->dims[2];
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++)
+                for (int32_t c = 0; c < C; c++) {
+                    const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                    const int32_t fy0 = iy0 < 0 ? -iy0 : 0, fx0 = ix0 < 0 ? -ix0 : 0;
+                    const int32_t fy1 = n->filter_h < H - iy0 ? n->filter_h : H - iy0;
+                    const int32_t fx1 = n->filter_w < W - ix0 ? n->filter_w : W - ix0;
+                    int32_t acc = n->op == 1 ? 0 : -128, count = 0;
+                    for (int32_t fy = fy0; fy < fy1; fy++)
+                        for (int32_t fx = fx0; fx < fx1; fx++) {
+                            int32_t v = x[((b * H + iy0 + fy) * W + ix0 + fx) * C + c];
+                            if (n->op == 1) acc += v;
+                            else if (v > acc) acc = v;
+                            count++;
+                        }
+                    if (n->op == 1) {
+                        if (count == 0) count = 1; /* an empty window (not produced by valid shapes) */
+                        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+                    }
+                    y[((b * OH + oy) * OW + ox) * C + c] = (int8_t)clampi(acc, n->act_min, n->act_max);
+                }
+}
+
+static void eval_binary(er_model *m, er_node *n) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *xa = i8in(m, n, 0), *xb = i8in(m, n, 1);
+    int8_t *y = i8out(m, n);
+    int32_t od[ER_MAX_DIMS], sa[ER_MAX_DIMS], sb[ER_MAX_DIMS], idx[ER_MAX_DIMS];
+    const int nd = out->ndim;
+    int32_t stra = 1, strb = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        od[i] = out->dims[i];
+        int32_t da = i < nd - a->ndim ? 1 : a->dims[i - (nd - a->ndim)];
+        int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
+        sa[i] = da == 1 ? 0 : stra;
+        sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        idx[i] = 0;
+    }
+    const int32_t za = a->zp, zb = b->zp, zo = out->zp;
+    for (uint32_t o = 0; o < out->count; o++) {
+        int32_t ia = 0, ib = 0;
+        for (int i = 0; i < nd; i++) {
+            ia += idx[i] * sa[i];
+            ib += idx[i] * sb[i];
+        }
+        const int32_t va = (int32_t)xa[ia] - za, vb = (int32_t)xb[ib] - zb;
+        int32_t r;
+        if (n->op == 0) {
+            const int32_t s1 = er_mbqm(va * (1 << n->left_shift), n->mult1, n->shift1);
+            const int32_t s2 = er_mbqm(vb * (1 << n->left_shift), n->mult2, n->shift2);
+            r = er_mbqm(s1 + s2, n->mult, n->shift) + zo;
+        } else {
+            r = er_mbqm(va * vb, n->mult, n->shift) + zo;
+        }
+        y[o] = (int8_t)clampi(r, n->act_min, n->act_max);
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < od[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+static int32_t mean_scratch[4096];
+
+static int eval_mean(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    if (n->mean_kind == 0) {
+        const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], num = H * W;
+        for (int32_t b = 0; b < B; b++)
+            for (int32_t c = 0; c < C; c++) {
+                int32_t acc = 0;
+                for (int32_t h = 0; h < H; h++)
+                    for (int32_t w = 0; w < W; w++) acc += x[((b * H + h) * W + w) * C + c] - in->zp;
+                acc = er_mbqm(acc, n->mult, n->shift);
+                acc = acc > 0 ? (acc + num / 2) / num : (acc - num / 2) / num;
+                y[b * C + c] = (int8_t)clampi(acc + out->zp, -128, 127);
+            }
+        return 0;
+    }
+    if (out->count > sizeof mean_scratch / sizeof mean_scratch[0]) return -1;
+    memset(mean_scratch, 0, out->count * sizeof mean_scratch[0]);
+    const uint32_t red = (uint32_t)n->axis;
+    int32_t idx[ER_MAX_DIMS] = {0};
+    uint32_t num = 1;
+    for (int i = 0; i < in->ndim; i++) if (red & (1u << i)) num *= (uint32_t)in->dims[i];
+    for (uint32_t i = 0; i < in->count; i++) {
+        uint32_t o = 0;
+        for (int d = 0; d < in->ndim; d++)
+            if (!(red & (1u << d))) o = o * (uint32_t)in->dims[d] + (uint32_t)idx[d];
+        mean_scratch[o] += x[i];
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < in->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+    if (num == 0) return 0;
+    if (n->mean_kind == 1) {
+        for (uint32_t o = 0; o < out->count; o++) y[o] = (int8_t)(mean_scratch[o] / (int32_t)num);
+        return 0;
+    }
+    const float scale = in->scale / out->scale;
+    const float bias = (float)(-in->zp) * scale;
+    for (uint32_t o = 0; o < out->count; o++) {
+        float mean = (float)mean_scratch[o] / (float)num;
+        float r = roundf(mean * scale + bias) + (float)out->zp;
+        r = r < 127.0f ? r : 127.0f;
+        r = r > -128.0f ? r : -128.0f;
+        y[o] = (int8_t)r;
+    }
+    return 0;
+}
+
+static void eval_softmax(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    const int32_t depth = in->dims[in->ndim - 1];
+    if (depth <= 0) return;
+    const uint32_t rows = in->count / (uint32_t)depth;
+    for (uint32_t r = 0; r < rows; r++, x += depth, y += depth) {
+        int32_t mx = -128;
+        for (int32_t j = 0; j < depth; j++) if (x[j] > mx) mx = x[j];
+        const float *t = &n->ftable[255 - mx];
+        float sum = 0.0f;
+        for (int32_t j = 0; j < depth; j++) sum += t[x[j]];
+        const float inv = 1.0f / (sum * out->scale);
+        for (int32_t j = 0; j < depth; j++) {
+            const float p = t[x[j]] * inv;
+            const int32_t q = (int32_t)roundf(p) + out->zp;
+            y[j] = (int8_t)clampi(q, -128, 127);
+        }
+    }
+}
+
+static void eval_quantize(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    uint8_t *src = er_model_tensor_data(m, n->in[0]);
+    uint8_t *dst = er_model_tensor_data(m, n->out);
+    for (uint32_t i = 0; i < in->count; i++) {
+        if (n->op == 6) { /* DEQUANTIZE: (float)(double scale * (q - zp)) */
+            const float v = (float)((double)in->scale * (double)((int32_t)((int8_t)src[i]) - in->zp));
+            memcpy(dst + 4 * i, &v, 4);
+        } else if (in->type == ER_TYPE_FLOAT32) {
+            float v;
+            memcpy(&v, src + 4 * i, 4);
+            const int32_t q = (int32_t)roundf(v / out->scale) + out->zp;
+            dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
+        } else {
+            const int32_t q = er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift) + out->zp;
+            dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
+        }
+    }
+}
+
+static void eval_concat(er_model *m, er_node *n) {
+    er_tensor *out = tout(m, n);
+    int8_t *y = i8out(m, n);
+    uint32_t outer = 1, inner = 1;
+    for (int d = 0; d < n->axis; d++) outer *= (uint32_t)out->dims[d];
+    for (int d = n->axis + 1; d < out->ndim; d++) inner *= (uint32_t)out->dims[d];
+    for (uint32_t o = 0; o < outer; o++)
+        for (int k = 0; k < n->n_in; k++) {
+            const uint32_t len = (uint32_t)tin(m, n, k)->dims[n->axis] * inner;
+            memcpy(y, i8in(m, n, k) + o * len, len);
+            y += len;
+        }
+}
+
+static void eval_pad(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *p = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    int32_t lo[ER_MAX_DIMS], idx[ER_MAX_DIMS] = {0};
+    for (int d = 0; d < in->ndim; d++) lo[d] = ld_i32(p->cdata + 8 * d);
+    memset(y, (int8_t)n->act_min, out->count);
+    for (uint32_t i = 0; i < in->count; i++) {
+        uint32_t o = 0;
+        for (int d = 0; d < in->ndim; d++) o = o * (uint32_t)out->dims[d] + (uint32_t)(idx[d] + lo[d]);
+        y[o] = x[i];
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < in->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static void eval_relu(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    for (uint32_t i = 0; i < in->count; i++) {
+        int32_t v = out->zp + er_mbqm((int32_t)x[i] - in->zp, n->mult, n->shift);
+        y[i] = (int8_t)clampi(v, n->act_min, n->act_max);
+    }
+}
+
+int er_kernel_eval(er_model *m, er_node *n) {
+    switch (n->op) {
+        case 3: eval_conv(m, n); return 0;
+        case 4: eval_dwconv(m, n); return 0;
+        case 9: eval_fc(m, n); return 0;
+        case 1: case 17: eval_pool(m, n); return 0;
+        case 0: case 18: eval_binary(m, n); return 0;
+        case 40: return eval_mean(m, n);
+        case 25: eval_softmax(m, n); return 0;
+        case 14: {
+            const int8_t *x = i8in(m, n, 0);
+            int8_t *y = i8out(m, n);
+            for (uint32_t i = 0; i < tin(m, n, 0)->count; i++) y[i] = n->itable[(uint8_t)x[i]];
+            return 0;
+        }
+        case 19: case 21: eval_relu(m, n); return 0;
+        case 114: case 6: eval_quantize(m, n); return 0;
+        case 22: case 43: case 70:
+            memmove(er_model_tensor_data(m, n->out), er_model_tensor_data(m, n->in[0]), tout(m, n)->bytes);
+            return 0;
+        case 2: eval_concat(m, n); return 0;
+        case 34: case 60: eval_pad(m, n); return 0;
+        default: return -1;
+    }
+}

@@ -1,0 +1,336 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Activation arena: 16-byte aligned, sized from the board profile. */
+_Alignas(16) uint8_t er_arena[ER_ARENA_BYTES];
+
+enum { ST_CODES = 1, ST_SUBGRAPHS = 2, ST_BUFFERS = 4 };
+
+static uint32_t type_size(uint8_t type) {
+    switch (type) {
+        case ER_TYPE_FLOAT32: case ER_TYPE_INT32: return 4;
+        case ER_TYPE_INT8: case ER_TYPE_UINT8: return 1;
+        case ER_TYPE_INT16: return 2;
+        case ER_TYPE_INT64: return 8;
+        default: return 0;
+    }
+}
+
+static int bad(char *err, size_t errlen, int code, const char *msg, fb_buf *b) {
+    if (b && b->bad)
+        snprintf(err, errlen, "%s (corrupt flatbuffer at byte %u)", msg, (unsigned)b->bad_at);
+    else
+        snprintf(err, errlen, "%s", msg);
+    return code;
+}
+
+/* Constant data of buffer `index`: inline vector, or (offset, size) for models over 2 GB style
+ * layouts; both checked against the model size. */
+static int buffer_data(er_model *m, const fb_vec *buffers, uint32_t index, const uint8_t **data,
+                       uint32_t *size) {
+    *data = NULL;
+    *size = 0;
+    if (index == 0) return 1;
+    if (index >= buffers->n) return 0;
+    fb_table bt;
+    if (!fb_vector_table(&m->fb, buffers, index, &bt)) return 0;
+    fb_vec v;
+    if (fb_vector(&bt, 0, 1, &v) && v.n) {
+        *data = m->fb.data + v.start;
+        *size = v.n;
+        return !m->fb.bad;
+    }
+    uint64_t off = fb_u64(&bt, 1, 0), sz = fb_u64(&bt, 2, 0);
+    if (off > 1 && sz) {
+        if (off > m->fb.size || sz > m->fb.size - off) return 0;
+        *data = m->fb.data + off;
+        *size = (uint32_t)sz;
+    }
+    return !m->fb.bad;
+}
+
+static int read_tensor(er_model *m, const fb_vec *buffers, fb_table *t, er_tensor *out, char *err,
+                       size_t errlen, uint32_t idx) {
+    memset(out, 0, sizeof *out);
+    fb_vec shape;
+    fb_vector(t, 0, 4, &shape);
+    if (shape.n > ER_MAX_DIMS) {
+        snprintf(err, errlen, "tensor %u has rank %u (at most %d)", (unsigned)idx, (unsigned)shape.n,
+                 ER_MAX_DIMS);
+        return ER_ERR_MODEL_INVALID;
+    }
+    out->ndim = (uint8_t)shape.n;
+    uint64_t count = 1;
+    for (uint32_t i = 0; i < shape.n; i++) {
+        int32_t d = fb_vec_i32(&m->fb, &shape, i);
+        if (d == -1) d = 1;
+        if (d < 0 || d > (1 << 24)) {
+            snprintf(err, errlen, "tensor %u has dimension %d", (unsigned)idx, (int)d);
+            return ER_ERR_MODEL_INVALID;
+        }
+        out->dims[i] = d;
+        count *= (uint64_t)d;
+    }
+    out->type = (uint8_t)fb_u8(t, 1, 0);
+    uint32_t es = type_size(out->type);
+    if (count > (1u << 26)) {
+        snprintf(err, errlen, "tensor %u has %llu elements", (unsigned)idx, (unsigned long long)count);
+        return ER_ERR_MODEL_INVALID;
+    }
+    out->count = (uint32_t)count;
+    out->bytes = (uint32_t)count * es;
+    uint32_t buf = fb_u32(t, 2, 0);
+    const uint8_t *data;
+    uint32_t size;
+    if (!buffer_data(m, buffers, buf, &data, &size))
+        return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad buffer reference", &m->fb);
+    if (data) {
+        if (es == 0 || size != out->bytes) {
+            snprintf(err, errlen, "tensor %u: constant buffer holds %u bytes, shape needs %u",
+                     (unsigned)idx, (unsigned)size, (unsigned)out->bytes);
+            return ER_ERR_MODEL_INVALID;
+        }
+        out->cdata = data;
+        out->is_const = 1;
+    }
+    out->scale = 0.0f;
+    out->zp = 0;
+    fb_table q;
+    if (fb_table_field(t, 4, &q)) {
+        fb_vec zps;
+        fb_vector(&q, 2, 4, &out->scales);
+        fb_vector(&q, 3, 8, &zps);
+        out->qdim = fb_i32(&q, 6, 0);
+        if (out->scales.n) {
+            out->scale = fb_vec_f32(&m->fb, &out->scales, 0);
+            out->zp = zps.n ? (int32_t)fb_vec_i64(&m->fb, &zps, 0) : 0;
+            if (out->scales.n > 1 && (out->qdim < 0 || out->qdim >= out->ndim ||
+                                      (uint32_t)out->dims[out->qdim] != out->scales.n)) {
+                snprintf(err, errlen, "tensor %u: %u scales do not match quantized dimension %d",
+                         (unsigned)idx, (unsigned)out->scales.n, (int)out->qdim);
+                return ER_ERR_MODEL_INVALID;
+            }
+        }
+    }
+    if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad tensor table", &m->fb);
+    return ER_OK;
+}
+
+static int read_options(er_model *m, fb_table *opt, er_node *n) {
+    (void)m;
+    n->stride_w = n->stride_h = 1;
+    n->dil_w = n->dil_h = 1;
+    n->beta = 1.0f;
+    switch (n->op) {
+        case 3: /* CONV_2D */
+            n->padding = fb_u8(opt, 0, 0); n->stride_w = fb_i32(opt, 1, 0); n->stride_h = fb_i32(opt, 2, 0);
+            n->act = fb_u8(opt, 3, 0); n->dil_w = fb_i32(opt, 4, 1); n->dil_h = fb_i32(opt, 5, 1);
+            break;
+        case 4: /* DEPTHWISE_CONV_2D */
+            n->padding = fb_u8(opt, 0, 0); n->stride_w = fb_i32(opt, 1, 0); n->stride_h = fb_i32(opt, 2, 0);
+            n->depth_mult = fb_i32(opt, 3, 0); n->act = fb_u8(opt, 4, 0);
+            n->dil_w = fb_i32(opt, 5, 1); n->dil_h = fb_i32(opt, 6, 1);
+            break;
+        case 1: case 17: /* AVERAGE_POOL_2D, MAX_POOL_2D */
+            n->padding = fb_u8(opt, 0, 0); n->stride_w = fb_i32(opt, 1, 0); n->stride_h = fb_i32(opt, 2, 0);
+            n->filter_w = fb_i32(opt, 3, 0); n->filter_h = fb_i32(opt, 4, 0); n->act = fb_u8(opt, 5, 0);
+            break;
+        case 9: /* FULLY_CONNECTED */
+            n->act = fb_u8(opt, 0, 0); n->keep_dims = fb_u8(opt, 2, 0);
+            if (fb_u8(opt, 1, 0) != 0) return 0; /* shuffled weights format */
+            break;
+        case 25: n->beta = fb_f32(opt, 0, 1.0f); break;               /* SOFTMAX */
+        case 2: n->axis = fb_i32(opt, 0, 0); n->act = fb_u8(opt, 1, 0); break; /* CONCATENATION */
+        case 0: case 18: n->act = fb_u8(opt, 0, 0); break;            /* ADD, MUL */
+        case 40: n->keep_dims = fb_u8(opt, 0, 0); break;              /* MEAN */
+        default: break;
+    }
+    return 1;
+}
+
+static int plan_arena(er_model *m, char *err, size_t errlen) {
+    /* Greedy by size (largest first), each tensor at the lowest offset that does not overlap
+     * a placed tensor whose lifetime intersects its own. O(n^2), n <= ER_MAX_TENSORS. Not
+     * optimal, but the same strategy as the host planner, so the sizes are comparable. */
+    static int16_t order[ER_MAX_TENSORS];
+    static int16_t placed[ER_MAX_TENSORS];
+    uint32_t n = 0, np = 0, total = 0;
+    for (uint32_t i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].used && !m->tensors[i].is_const) order[n++] = (int16_t)i;
+    for (uint32_t i = 1; i < n; i++) { /* insertion sort: size desc, index asc */
+        int16_t k = order[i];
+        uint32_t j = i;
+        while (j > 0 && m->tensors[order[j - 1]].bytes < m->tensors[k].bytes) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = k;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        er_tensor *t = &m->tensors[order[i]];
+        uint32_t size = (t->bytes + 15u) & ~15u;
+        uint32_t off = 0;
+        for (int moved = 1; moved;) {
+            moved = 0;
+            for (uint32_t j = 0; j < np; j++) {
+                er_tensor *o = &m->tensors[placed[j]];
+                uint32_t osize = (o->bytes + 15u) & ~15u;
+                if (o->last < t->first || t->last < o->first) continue;
+                if (off < o->off + osize && o->off < off + size) {
+                    off = o->off + osize;
+                    moved = 1;
+                }
+            }
+        }
+        t->off = off;
+        placed[np++] = order[i];
+        if (off + size > total) total = off + size;
+    }
+    m->arena_bytes = total;
+    if (total > ER_ARENA_BYTES) {
+        snprintf(err, errlen, "model needs a %u-byte arena; this board has %u bytes of RAM for it",
+                 (unsigned)total, (unsigned)ER_ARENA_BYTES);
+        return ER_ERR_ARENA_TOO_SMALL;
+    }
+    return ER_OK;
+}
+
+int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, size_t errlen) {
+    memset(m, 0, sizeof *m);
+    err[0] = 0;
+    m->fb.data = data;
+    m->fb.size = size;
+    fb_table root;
+    if (size < 8 || memcmp(data + 4, "TFL3", 4) != 0)
+        return bad(err, errlen, ER_ERR_MODEL_INVALID, "not a TFLite model (no TFL3 identifier)", NULL);
+    if (!fb_root(&m->fb, &root)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad root table", &m->fb);
+    if (fb_u32(&root, 0, 0) != 3) return bad(err, errlen, ER_ERR_MODEL_INVALID, "TFLite schema version is not 3", NULL);
+    fb_vec codes, subgraphs, buffers;
+    fb_vector(&root, ST_CODES, 4, &codes);
+    fb_vector(&root, ST_SUBGRAPHS, 4, &subgraphs);
+    fb_vector(&root, ST_BUFFERS, 4, &buffers);
+    if (m->fb.bad || subgraphs.n == 0) return bad(err, errlen, ER_ERR_MODEL_INVALID, "model has no subgraph", &m->fb);
+    fb_table sg, t;
+    if (!fb_vector_table(&m->fb, &subgraphs, 0, &sg)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad subgraph", &m->fb);
+    fb_vec tensors, ins, outs, ops;
+    fb_vector(&sg, 0, 4, &tensors);
+    fb_vector(&sg, 1, 4, &ins);
+    fb_vector(&sg, 2, 4, &outs);
+    fb_vector(&sg, 3, 4, &ops);
+    if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad subgraph vectors", &m->fb);
+    if (tensors.n > ER_MAX_TENSORS || ops.n > ER_MAX_OPS || ins.n > ER_MAX_IO || outs.n > ER_MAX_IO ||
+        ins.n == 0 || outs.n == 0) {
+        snprintf(err, errlen, "model has %u tensors, %u ops, %u inputs, %u outputs (limits %d, %d, %d)",
+                 (unsigned)tensors.n, (unsigned)ops.n, (unsigned)ins.n, (unsigned)outs.n, ER_MAX_TENSORS,
+                 ER_MAX_OPS, ER_MAX_IO);
+        return ER_ERR_MODEL_INVALID;
+    }
+    m->n_tensors = tensors.n;
+    m->n_ops = ops.n;
+    for (uint32_t i = 0; i < tensors.n; i++) {
+        if (!fb_vector_table(&m->fb, &tensors, i, &t)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad tensor", &m->fb);
+        int rc = read_tensor(m, &buffers, &t, &m->tensors[i], err, errlen, i);
+        if (rc != ER_OK) return rc;
+        m->tensors[i].first = 0x7FFFFFFF;
+        m->tensors[i].last = -1;
+    }
+    m->n_inputs = ins.n;
+    m->n_outputs = outs.n;
+    for (uint32_t i = 0; i < ins.n + outs.n; i++) {
+        int32_t ti = i < ins.n ? fb_vec_i32(&m->fb, &ins, i) : fb_vec_i32(&m->fb, &outs, i - ins.n);
+        if (ti < 0 || (uint32_t)ti >= tensors.n || m->tensors[ti].is_const)
+            return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad graph input/output index", NULL);
+        er_tensor *tt = &m->tensors[ti];
+        tt->used = 1;
+        if (i < ins.n) {
+            m->inputs[i] = (int16_t)ti;
+            tt->first = -1;
+            if (tt->last < 0) tt->last = -1;
+        } else {
+            m->outputs[i - ins.n] = (int16_t)ti;
+            tt->last = (int32_t)ops.n;
+        }
+    }
+    /* operators: decode, check the op is supported (before anything runs), record lifetimes */
+    for (uint32_t i = 0; i < ops.n; i++) {
+        er_node *n = &m->nodes[i];
+        fb_table ot, ct, opt;
+        if (!fb_vector_table(&m->fb, &ops, i, &ot)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator", &m->fb);
+        uint32_t ci = fb_u32(&ot, 0, 0);
+        if (ci >= codes.n || !fb_vector_table(&m->fb, &codes, ci, &ct))
+            return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator code index", &m->fb);
+        int32_t dep = (int8_t)fb_u8(&ct, 0, 0), code = fb_i32(&ct, 3, 0);
+        n->op = (uint32_t)(code > dep ? code : dep);
+        fb_vec oin, oout;
+        fb_vector(&ot, 1, 4, &oin);
+        fb_vector(&ot, 2, 4, &oout);
+        if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator vectors", &m->fb);
+        if (oin.n > ER_MAX_OP_INPUTS || oout.n != 1) {
+            snprintf(err, errlen, "op %u (%s) has %u inputs and %u outputs", (unsigned)i, er_op_name(n->op),
+                     (unsigned)oin.n, (unsigned)oout.n);
+            return ER_ERR_MODEL_INVALID;
+        }
+        n->n_in = (uint8_t)oin.n;
+        for (uint32_t k = 0; k <= oin.n; k++) {
+            int32_t ti = k < oin.n ? fb_vec_i32(&m->fb, &oin, k) : fb_vec_i32(&m->fb, &oout, 0);
+            if (ti < -1 || ti >= (int32_t)tensors.n || (k == oin.n && ti < 0)) {
+                snprintf(err, errlen, "op %u (%s) refers to tensor %d", (unsigned)i, er_op_name(n->op), (int)ti);
+                return ER_ERR_MODEL_INVALID;
+            }
+            if (k < oin.n) n->in[k] = (int16_t)ti;
+            else n->out = (int16_t)ti;
+            if (ti < 0) continue;
+            er_tensor *tt = &m->tensors[ti];
+            tt->used = 1;
+            if ((int32_t)i < tt->first) tt->first = (int32_t)i;
+            if ((int32_t)i > tt->last) tt->last = (int32_t)i;
+        }
+        if (m->tensors[n->out].is_const) return bad(err, errlen, ER_ERR_MODEL_INVALID, "an op writes a constant tensor", NULL);
+        fb_table_field(&ot, 4, &opt);
+        if (!read_options(m, &opt, n)) {
+            snprintf(err, errlen, "op %u (%s): unsupported options", (unsigned)i, er_op_name(n->op));
+            return ER_ERR_UNSUPPORTED_OP;
+        }
+        if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator options", &m->fb);
+    }
+    /* every non-constant tensor an op reads must be written earlier or be a graph input */
+    for (uint32_t i = 0; i < m->n_tensors; i++) {
+        er_tensor *tt = &m->tensors[i];
+        if (tt->used && !tt->is_const && tt->first == 0x7FFFFFFF) tt->first = 0;
+    }
+    er_pool_reset();
+    for (uint32_t i = 0; i < ops.n; i++) {
+        int rc = er_kernel_prepare(m, &m->nodes[i], err, errlen);
+        if (rc != ER_OK) {
+            char tmp[160];
+            snprintf(tmp, sizeof tmp, "%s", err);
+            snprintf(err, errlen, "op %u (%s): %s", (unsigned)i, er_op_name(m->nodes[i].op), tmp);
+            return rc;
+        }
+    }
+    int rc = plan_arena(m, err, errlen);
+    if (rc != ER_OK) return rc;
+    m->loaded = 1;
+    return ER_OK;
+}
+
+uint8_t *er_model_tensor_data(er_model *m, int16_t ti) {
+    er_tensor *t = &m->tensors[ti];
+    return t->cdata ? (uint8_t *)(uintptr_t)t->cdata : er_arena + t->off;
+}
+
+int er_model_invoke(er_model *m, char *err, size_t errlen) {
+    if (!m->loaded) {
+        snprintf(err, errlen, "no model loaded");
+        return ER_ERR_NO_MODEL;
+    }
+    for (uint32_t i = 0; i < m->n_ops; i++) {
+        if (er_kernel_eval(m, &m->nodes[i]) != 0) {
+            snprintf(err, errlen, "op %u (%s) failed", (unsigned)i, er_op_name(m->nodes[i].op));
+            return ER_ERR_INVOKE_FAILED;
+        }
+    }
+    return ER_OK;
+}

@@ -1,0 +1,69 @@
+/* The int8 interpreter: reads a TFLite flatbuffer in place (weights stay in flash), checks every
+ * op and shape at load time, plans one arena for the activations and runs the reference
+ * kernels with TFLite's fixed-point rounding. */
+#ifndef ER_MODEL_H
+#define ER_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "fb.h"
+
+#define ER_MAX_OP_INPUTS 8
+
+typedef struct {
+    uint8_t type, ndim, is_const, used;
+    int32_t dims[ER_MAX_DIMS];
+    uint32_t count, bytes;
+    const uint8_t *cdata;     /* constant data inside the model, or NULL */
+    float scale;
+    int32_t zp;
+    fb_vec scales;            /* all scales (per channel when n > 1) */
+    int32_t qdim;
+    int32_t first, last;      /* op indices of first write / last read */
+    uint32_t off;             /* arena offset */
+} er_tensor;
+
+typedef struct {
+    uint32_t op;              /* BuiltinOperator code */
+    uint8_t n_in;
+    int16_t in[ER_MAX_OP_INPUTS];
+    int16_t out;
+    /* options */
+    int32_t padding, stride_w, stride_h, dil_w, dil_h, filter_w, filter_h, depth_mult, act, axis;
+    uint8_t keep_dims;
+    float beta;
+    /* prepared */
+    int32_t mult, shift, mult1, shift1, mult2, shift2, left_shift;
+    int32_t act_min, act_max, pad_w, pad_h;
+    int32_t *pc_mult, *pc_shift; /* per-channel, from the pool */
+    float *ftable;               /* SOFTMAX: exp table */
+    int8_t *itable;              /* LOGISTIC: lookup table */
+    int32_t mean_kind;
+} er_node;
+
+typedef struct {
+    fb_buf fb;
+    uint32_t n_tensors, n_ops, n_inputs, n_outputs;
+    er_tensor tensors[ER_MAX_TENSORS];
+    er_node nodes[ER_MAX_OPS];
+    int16_t inputs[ER_MAX_IO], outputs[ER_MAX_IO];
+    uint32_t arena_bytes;
+    int loaded;
+} er_model;
+
+/* Load and prepare; returns ER_OK or an ER_ERR_* code with a message in err. */
+int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, size_t errlen);
+int er_model_invoke(er_model *m, char *err, size_t errlen);
+uint8_t *er_model_tensor_data(er_model *m, int16_t t);
+const char *er_op_name(uint32_t code);
+/* The arena the model runs in (board RAM for activations). */
+extern uint8_t er_arena[ER_ARENA_BYTES];
+
+/* kernels.c */
+void er_pool_reset(void);
+int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen);
+int er_kernel_eval(er_model *m, er_node *n);
+int32_t er_mbqm(int32_t x, int32_t mult, int32_t shift);
+void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift);
+#endif
