@@ -1,0 +1,61 @@
+"""edgerun deploy: copy a bundle to a Linux board over SSH and make it current."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from edgerun.cli._util import console, emit_json, progress
+from edgerun.errors import EdgerunError
+
+
+def deploy_cli(
+    bundle: Path = typer.Argument(None, help="The .bundle to deploy (not needed with --rollback/--status)."),
+    host: str = typer.Option(..., "--host", "-H", help="user@board (or a Host from ~/.ssh/config)."),
+    port: int = typer.Option(None, "--port", "-p", help="SSH port."),
+    dir: str = typer.Option("edgerun", "--dir", help="Deploy directory on the board (relative to home)."),
+    identity: Path = typer.Option(None, "--identity", "-i", help="SSH private key file."),
+    ssh_option: list[str] = typer.Option([], "--ssh-option", "-o", help="Extra ssh -o option, repeatable."),
+    verify: bool = typer.Option(False, "--verify", help="Run the golden vectors on the board before switching."),
+    remote_edgerun: str = typer.Option(None, "--remote-edgerun",
+                                       help="Command that runs edgerun on the board (default: found there)."),
+    key: Path = typer.Option(None, "--key", help="Trusted public key: refuse bundles not signed by it."),
+    timeout: float = typer.Option(None, "--timeout", help="Seconds the copy may take before it is stopped."),
+    rollback: bool = typer.Option(False, "--rollback", help="Switch back to the previous bundle."),
+    show: bool = typer.Option(False, "--status", help="Show the board's current and previous bundle."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+):
+    """Copy BUNDLE to a board with ssh/scp, check its hash there, then switch `current` to it.
+
+    The previous bundle is kept; `--rollback` switches back. A copy or check that fails at
+    any point leaves the previous bundle active.
+    """
+    from edgerun.deploy import ssh
+
+    target = ssh.SSHTarget(host, port=port, identity=str(identity) if identity else None, options=list(ssh_option))
+    if rollback:
+        report = ssh.rollback(target, remote_dir=dir)
+    elif show:
+        report = ssh.status(target, dir)
+    else:
+        if bundle is None:
+            raise EdgerunError("give a BUNDLE to deploy (or --rollback / --status)")
+        with progress("deploying", enabled=not json_out and sys.stderr.isatty()) as cb:
+            report = ssh.deploy(bundle, target, remote_dir=dir, verify=verify, remote_edgerun=remote_edgerun,
+                                trusted_key=key, transfer_timeout=timeout, progress=cb)
+    if json_out:
+        emit_json(report)
+        return
+    c = console()
+    c.print(f"{report['host']}:{report.get('dir')}  current -> {report.get('current')}  "
+            f"previous -> {report.get('previous')}")
+    if report.get("verified"):
+        c.print("golden vectors verified on the board")
+    elif report.get("verify_skipped"):
+        c.print(f"golden vectors not run: {report['verify_skipped']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("deploy")(deploy_cli)

@@ -1,0 +1,59 @@
+"""edgerun package: turn a model into one signed, deterministic bundle file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from edgerun.cli._util import console, emit_json, progress
+
+
+def package_cli(
+    model: Path = typer.Argument(..., help="The .tflite model to package."),
+    output: Path = typer.Option(None, "--output", "-o", help="Bundle file to write (default: MODEL.bundle)."),
+    target: str = typer.Option("cpu", "--target", "-t", help="rpi | coral | jetson | mcu[:BOARD] | cpu."),
+    labels: Path = typer.Option(None, "--labels", help="Labels file, one label per line."),
+    sign: Path = typer.Option(None, "--sign", help="Ed25519 private key (from `edgerun keygen`) to sign with."),
+    report: Path = typer.Option(None, "--report", help="Conversion report (JSON) to include."),
+    calib: Path = typer.Option(None, "--calib", help="Calibration data (file or directory) to record the hash of."),
+    preprocessing: str = typer.Option(None, "--preprocessing",
+                                      help="Preprocessing spec as JSON or a .json file (default: from the model)."),
+    golden: list[Path] = typer.Option([], "--golden", help="Golden input (.npy or image), repeatable "
+                                                          "(default: 3 seeded random inputs)."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+):
+    """Package MODEL with a manifest and golden vectors into one bundle file.
+
+    The same inputs always give the same bytes. With --sign the manifest is signed (Ed25519);
+    `edgerun verify` and `edgerun.load()` check every hash and the signature.
+    """
+    from edgerun.bundle import describe, hash_calibration, write_bundle
+
+    out = output or model.with_suffix(".bundle")
+    spec = None
+    if preprocessing:
+        text = Path(preprocessing).read_text() if preprocessing.endswith(".json") else preprocessing
+        spec = json.loads(text)
+    golden_inputs = None
+    if golden:
+        import numpy as np
+
+        golden_inputs = [np.load(p, allow_pickle=False) if p.suffix == ".npy" else str(p) for p in golden]
+    with progress("packaging", enabled=not json_out and sys.stderr.isatty()) as cb:
+        path = write_bundle(model, out, target=target, labels=labels, sign_key=sign, preprocessing=spec,
+                            report=report, calib_hash=hash_calibration(calib) if calib else None,
+                            golden_inputs=golden_inputs, progress=cb)
+    info = describe(path)
+    if json_out:
+        emit_json(info)
+        return
+    console().print(f"wrote {path} ({info['size']} bytes, sha256 {info['sha256'][:16]}…, target "
+                    f"{info['target']['spec']}, {info['golden_cases']} golden cases, "
+                    f"{'signed by ' + info['key'] if info['signed'] else 'unsigned'})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("package")(package_cli)
