@@ -210,6 +210,49 @@ def test_strided_slice_dtypes(dtype):
     compare_with_litert(m, seed=14)
 
 
+def test_strided_slice_random_specs():
+    """Random begin/end/strides and masks (seeded) agree with LiteRT. Specs LiteRT leaves
+    undefined (a shrunk axis with a negative stride: it writes nothing) or edgerun rejects (a
+    shrunk index out of range) are skipped; at least 100 of the 120 are checked."""
+    from edgerun.errors import EdgerunError
+
+    rng = np.random.default_rng(28)
+    checked = 0
+    for _ in range(120):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(1, 6, size=rank))
+        k = int(rng.integers(1, rank + 2))
+        begin, end = rng.integers(-7, 8, size=k), rng.integers(-7, 8, size=k)
+        strides = rng.choice([-3, -2, -1, 1, 1, 2, 3], size=k)
+        opts = {"begin_mask": int(rng.integers(0, 1 << k)), "end_mask": int(rng.integers(0, 1 << k))}
+        if rng.random() < 0.3:
+            opts["shrink_axis_mask"] = int(rng.integers(0, 1 << k))
+        if rng.random() < 0.3:
+            opts["ellipsis_mask"] = 1 << int(rng.integers(0, k))
+        if rng.random() < 0.3:
+            opts["new_axis_mask"] = int(rng.integers(0, 1 << k))
+        m = unary("STRIDED_SLICE", "float32", shape, (1,), [begin.astype(np.int32), end.astype(np.int32),
+                                                            strides.astype(np.int32)], **opts)
+        shrink = opts.get("shrink_axis_mask", 0)
+        if any((shrink >> i) & 1 and strides[i] < 0 for i in range(k)):
+            continue
+        x = rng.standard_normal(shape).astype(np.float32)
+        try:
+            got = run_edgerun(m, [x])
+        except EdgerunError:
+            continue
+        assert_close(got, run_litert(m, [x]))
+        checked += 1
+    assert checked >= 100
+
+
+def test_strided_slice_shrink_negative_stride_takes_begin():
+    """TensorFlow semantics where LiteRT's output is undefined: a shrunk axis yields x[begin]."""
+    m = unary("STRIDED_SLICE", "float32", (4, 3), (3,), [i32(-2, 0), i32(0, 3), i32(-1, 1)], shrink_axis_mask=1)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    assert run_edgerun(m, [x])[0].tolist() == x[-2].tolist()
+
+
 # --- GATHER ----------------------------------------------------------------------------------
 GATHER_CASES = [  # (params shape, indices, axis, batch_dims, output shape)
     ((5, 3), [[4, 0], [2, 2]], 0, 0, (2, 2, 3)),

@@ -449,17 +449,22 @@ class StridedSlice(Kernel):
             if (bmask >> i) & 1:
                 start = 0 if step > 0 else size - 1
             if (smask >> i) & 1:
-                stop = start if start >= size else start + 1
-            else:
-                stop = stops[i] + start if offset else stops[i]
-                stop = stop + size if stop < 0 else stop
-                stop = _clamp(stop, 0, size) if step > 0 else _clamp(stop, -1, size - 1)
-                if (emask >> i) & 1:
-                    stop = size if step > 0 else -1
+                # A shrunk axis takes element ``start`` whatever the stride's sign (LiteRT loops
+                # from start to start + 1 with the stride, so a negative stride reads nothing
+                # and leaves the output uninitialized; TensorFlow takes the element).
+                if not 0 <= start < size:
+                    raise ctx.fail(f"shrink_axis index {starts[i]} is out of range for a "
+                                   f"dimension of size {size}")
+                index.append(np.array([start], np.int64))
+                continue
+            stop = stops[i] + start if offset else stops[i]
+            stop = stop + size if stop < 0 else stop
+            stop = _clamp(stop, 0, size) if step > 0 else _clamp(stop, -1, size - 1)
+            if (emask >> i) & 1:
+                stop = size if step > 0 else -1
             idx = np.arange(start, stop, step, dtype=np.int64)
             index.append(idx)
-            if not (smask >> i) & 1:
-                out_shape.append(len(idx))
+            out_shape.append(len(idx))
         self.eff_shape = tuple(eff_shape)
         self.index = index
         self.out_shape = tuple(out_shape)
