@@ -142,7 +142,7 @@ class PlainBinary(Kernel):
         with np.errstate(all="ignore"):
             y = self.fn(a, b)
         if self.clamp is not None:
-            y = np.clip(y, *self.clamp)  # NaN passes through, as std::min/std::max let it
+            y = np.clip(y, *self.clamp, out=y)  # NaN passes through, as std::min/std::max let it
         return [y]
 
 
@@ -165,7 +165,8 @@ class _Int8Binary(Kernel):
         self._prepare_params()
         a = _INT8_BY_BITS[:, None]
         b = _INT8_BY_BITS[None, :]
-        self.table = np.clip(self._compute(a, b), self.lo, self.hi).astype(np.int8)
+        table = np.clip(self._compute(a, b), self.lo, self.hi).astype(np.int8)
+        self.table = table.ravel()  # index: (bits of a) << 8 | (bits of b)
         return [broadcast_shape(ctx)]
 
     def _prepare_params(self) -> None:
@@ -177,7 +178,8 @@ class _Int8Binary(Kernel):
 
     def eval(self, inputs):
         a, b = inputs
-        return [self.table[a.view(np.uint8), b.view(np.uint8)]]
+        index = (a.view(np.uint8).astype(np.uint16) << 8) | b.view(np.uint8)  # broadcasts
+        return [np.take(self.table, index)]
 
 
 def _rescale_to_common(s1: float, s2: float, left_shift: int):
@@ -338,7 +340,7 @@ class _Int8Unary(Kernel):
         if self.NON_NEGATIVE and np.any(x < self.zi):
             raise InputMismatchError(f"{self.ctx.name} (node {self.ctx.index}) is only defined for "
                                      f"non-negative values (an input is below its zero point {self.zi})")
-        return [self.lut[x.view(np.uint8)]]
+        return [np.take(self.lut, x.view(np.uint8))]
 
 
 @register("ABS", "int8")
