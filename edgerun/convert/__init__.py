@@ -173,6 +173,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
         layout_info = {"inputs": {n: _layout_name(p) for n, p in io["inputs"]},
                        "outputs": {n: _layout_name(p) for n, p in io["outputs"]}}
         source_kind = "onnx"
+        props = {p.key: p.value for p in model.metadata_props}
+        if preprocessing is None and "edgerun.preprocessing" in props:
+            preprocessing = json.loads(props["edgerun.preprocessing"])
     else:
         from edgerun.convert.tflite_frontend import tflite_to_graph
         if input_shape:
@@ -190,6 +193,8 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
             return [ref_it.get_tensor(d["index"]).astype(np.float32) for d in ref_it.get_output_details()]
         layout_info = {}
         source_kind = "tflite"
+        if preprocessing is None and "edgerun.preprocessing" in g.metadata:
+            preprocessing = json.loads(bytes(g.metadata["edgerun.preprocessing"]).rstrip(b"\x00").decode())
 
     if preprocessing:
         from edgerun.preprocess import METADATA_NAME, validate_spec

@@ -739,6 +739,8 @@ def _batchnorm(L, n):
 
 def _fully_connected(L, n, a_name, w_oi, bias, out):
     v = L.val(a_name)
+    if a_name in L.colperm:
+        w_oi = w_oi[:, L.colperm[a_name]]
     if v.perm[-1] != v.rank - 1:
         perm = _ident(v.rank)
     else:
@@ -796,10 +798,37 @@ def _matmul(L, n):
 
 # -- shape ops -------------------------------------------------------------------------------
 
+def _fc_consumers_only(L, name) -> bool:
+    """True when every consumer of ``name`` is a Gemm / MatMul with constant weights taking it as A."""
+    users = [nd for nd in L.model.graph.node if name in nd.input]
+    if not users or name in L.graph_outputs:
+        return False
+    for nd in users:
+        if nd.op_type not in ("Gemm", "MatMul") or list(nd.input).index(name) != 0:
+            return False
+        if len(nd.input) < 2 or not L.is_const(nd.input[1]) or np.ndim(L.cval(nd.input[1])) != 2:
+            return False
+        if nd.op_type == "Gemm" and L.attr(nd, "transA", 0):
+            return False
+    return True
+
+
 def _reshape_to(L, n, src, out):
-    """RESHAPE ``src`` to ONNX shape of ``out`` (row-major, so ONNX layout, unless only 1s move)."""
+    """RESHAPE ``src`` to ONNX shape of ``out`` (row-major, so ONNX layout, unless only 1s move).
+
+    A flatten of an NHWC activation that feeds only fully-connected layers skips the TRANSPOSE:
+    it flattens in NHWC order and the FC weight columns are permuted to match (``L.colperm``).
+    """
     v = L.val(src)
     shape = L.shapes[out]
+    if (len(shape) == 2 and not _same_memory(v.shape, v.perm, _ident(v.rank)) and v.const is None
+            and shape[0] == v.shape[0] and v.perm[0] == 0 and _fc_consumers_only(L, out)):
+        idx = np.arange(int(np.prod(v.shape[1:]))).reshape(v.shape[1:])
+        onnx_idx = np.transpose(idx, [p - 1 for p in v.perm[1:]]).reshape(-1)
+        L.emit("RESHAPE", [v.tensor, L.g.const(out + "_shape", np.array(shape, np.int32))],
+               [L.new_out(out, _ident(2))], new_shape=list(shape))
+        L.colperm[out] = onnx_idx
+        return
     # a layout whose non-1 axes are in ONNX order reshapes as if it were the ONNX layout
     x = L.get(src, v.perm if _same_memory(v.shape, v.perm, _ident(v.rank)) else _ident(v.rank))
     L.emit("RESHAPE", [x, L.g.const(out + "_shape", np.array(shape, np.int32))],
@@ -1154,6 +1183,7 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
 
     L = _Lowering(model, shapes, consts, opset, input_layout)
     L.hardsigmoid = {}
+    L.colperm = {}
     for name, arr in consts.items():
         L.vals[name] = Value(name, arr.shape, const=arr)
         shapes.setdefault(name, arr.shape)

@@ -1,0 +1,88 @@
+"""edgerun convert: ONNX or float TFLite -> full-integer int8 TFLite, with an accuracy report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from edgerun.cli._util import console, emit_json, progress
+
+
+# fmt: off
+def convert_cli(
+    model: Path = typer.Argument(..., help="An .onnx model or a float .tflite model."),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to write the converted .tflite."),
+    calib: str = typer.Option(None, "--calib", help="Calibration data: .npz / .npy file, a folder of images, "
+                              "or 'random' (testing only; warns loudly)."),
+    calib_method: str = typer.Option("mse", "--calib-method", help="Range per tensor: minmax, percentile, "
+                                     "entropy or mse."),
+    io_type: str = typer.Option("int8", "--io-type", help="Model input/output type: int8, uint8 or float32."),
+    float_only: bool = typer.Option(False, "--float", help="Write an unquantized float32 TFLite (the "
+                                    "converter's correctness baseline)."),
+    input_shape: str = typer.Option(None, "--input-shape", help="Pin dynamic dims: NAME:1,3,224,224 "
+                                    "(';' between inputs; the name may be left out for one input)."),
+    input_layout: str = typer.Option("NHWC", "--input-layout", help="Layout of 4-D image inputs in the "
+                                     "result: NHWC (TFLite's) or NCHW (ONNX's)."),
+    max_drop: str = typer.Option(None, "--max-drop", help="Accuracy budget: '1%' (top-1 agreement lost; "
+                                 "relative RMS error for non-classifiers) or '40dB' (minimum output SQNR). Layers "
+                                 "that hurt most are kept in float until it is met."),
+    target: str = typer.Option(None, "--target", help="Deployment target (coral, mcu, rpi, ...): targets that "
+                               "need full int8 make float fallback an error."),
+    per_layer: bool = typer.Option(False, "--per-layer", help="Add each layer's SQNR to the report."),
+    report: Path = typer.Option(None, "--report", help="Also write the report as JSON to this file."),
+    size: str = typer.Option(None, help="Image calibration: resize HxW (stored in the model's metadata)."),
+    mean: str = typer.Option(None, help="Image calibration: per-channel mean, e.g. 123.7,116.3,103.5."),
+    std: str = typer.Option(None, help="Image calibration: per-channel std, e.g. 58.4,57.1,57.4."),
+    scale: float = typer.Option(None, help="Image calibration: multiply pixels by this before mean/std."),
+    channel_order: str = typer.Option(None, "--channel-order", help="Image calibration: RGB, BGR or L."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Recalibrate even if cached ranges exist."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+):
+    """Convert MODEL to a full-integer int8 TFLite (or float32 with --float) and report accuracy.
+
+    The report gives, per output, SQNR, max abs error and top-1 agreement between the float model
+    (ONNX Runtime / LiteRT) and the int8 model on held-back calibration samples; --per-layer shows
+    where accuracy is lost. Calibration ranges are cached, so re-running with another method or io
+    type is quick.
+    """
+    # fmt: on
+    from edgerun.convert import convert
+    from edgerun.preprocess import spec_from_options
+
+    pre = None
+    if any(v is not None for v in (size, mean, std, scale, channel_order)):
+        pre = spec_from_options(size=size, mean=mean, std=std, scale=scale, channel_order=channel_order,
+                                layout="NHWC")
+    with progress("calibrating", enabled=not json_out) as cb, progress("evaluating", enabled=not json_out) as ecb:
+        rep = convert(model, output, calib=calib, calib_method=calib_method, io_type=io_type,
+                      float_only=float_only, input_shape=input_shape, input_layout=input_layout,
+                      per_layer=per_layer, max_drop=max_drop, target=target, preprocessing=pre,
+                      progress=cb, eval_progress=ecb, use_cache=not no_cache)
+    d = rep.to_dict()
+    if report is not None:
+        report.write_text(json.dumps(_jsonable(d), indent=2) + "\n")
+    if json_out:
+        emit_json(_jsonable(d))
+        return
+    c = console()
+    for w in rep.warnings:
+        c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False)
+    text = rep.format().split("\n")
+    c.print("\n".join(line for line in text if not line.startswith("WARNING:")), highlight=False, markup=False)
+
+
+def _jsonable(obj):
+    import math
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def register(app: typer.Typer) -> None:
+    app.command("convert")(convert_cli)
