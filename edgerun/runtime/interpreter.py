@@ -104,6 +104,8 @@ class SubgraphRunner:
                 data = m.tensor_data(t)
                 if data is not None:
                     consts[i] = data
+                elif t.np_dtype is not None and 0 in t.shape:  # an empty constant (e.g. axis = [])
+                    consts[i] = np.zeros(t.shape, t.np_dtype)
         self.known = dict(consts)
         self._check_topology()
         steps = []
