@@ -99,13 +99,14 @@ class SubgraphRunner:
         for i, shp in input_shapes.items():
             self.shapes[i] = tuple(shp)
         consts = {}
+        produced = {o for op in g.operators for o in op.outputs}
         for i, t in enumerate(g.tensors):
             if t.buffer and i not in g.inputs:
                 data = m.tensor_data(t)
                 if data is not None:
                     consts[i] = data
-                elif t.np_dtype is not None and 0 in t.shape:  # an empty constant (e.g. axis = [])
-                    consts[i] = np.zeros(t.shape, t.np_dtype)
+                elif t.np_dtype is not None and 0 in t.shape and i not in produced:
+                    consts[i] = np.zeros(t.shape, t.np_dtype)  # an empty constant (axis = [])
         self.known = dict(consts)
         self._check_topology()
         steps = []
