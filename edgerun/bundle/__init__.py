@@ -538,6 +538,17 @@ class BundleModel:
         self.inputs = self.manifest["inputs"]
         self.outputs = self.manifest["outputs"]
         self.labels = self.manifest["labels"]
+        self._check_against_model()
+
+    def _check_against_model(self) -> None:
+        """The manifest's inputs/outputs must be the model's (index, dtype, shape)."""
+        it = self.interpreter
+        for key, details in (("inputs", it.get_input_details()), ("outputs", it.get_output_details())):
+            ios = self.manifest[key]
+            have = [(int(d["index"]), np.dtype(d["dtype"]).name, [int(s) for s in d["shape"]]) for d in details]
+            want = [(io["index"], io["dtype"], io["shape"]) for io in ios]
+            if have != want:
+                raise BundleError(f"the manifest's {key} {want} do not match the model's {have}")
 
     def __repr__(self) -> str:
         return (f"BundleModel(target={self.manifest['target']['spec']!r}, inputs={[i['name'] for i in self.inputs]}, "

@@ -151,7 +151,8 @@ def _io(v, path):
     _str(d["name"], f"{path}.name")
     _int(d["index"], f"{path}.index", 0, 1 << 31)
     _shape(d["shape"], f"{path}.shape")
-    _str(d["dtype"], f"{path}.dtype", 32)
+    if d["dtype"] not in ARRAY_DTYPES:
+        raise _fail(f"{path}.dtype", f"one of {ARRAY_DTYPES}", d["dtype"])
     q = d["quantization"]
     if q is not None:
         _dict(q, f"{path}.quantization", {"scale", "zero_point", "quantized_dimension"})
@@ -223,6 +224,7 @@ def validate(m: dict) -> dict:
         raise _fail("members", "payload members only", names)
     model = _dict(m["model"], "model", {"member", "sha256", "size"})
     by_name = {mem["name"]: mem for mem in members}
+    _str(model["member"], "model.member", 64)
     if model["member"] not in by_name or by_name[model["member"]] != {"name": model["member"],
                                                                      "sha256": model["sha256"],
                                                                      "size": model["size"]}:
@@ -246,7 +248,7 @@ def validate(m: dict) -> dict:
     g = m["golden"]
     if g is not None:
         _dict(g, "golden", {"member", "cases"})
-        if g["member"] not in by_name:
+        if not isinstance(g["member"], str) or g["member"] not in by_name:
             raise _fail("golden.member", "one of members", g["member"])
         expect = 0
         for ci, case in enumerate(_list(g["cases"], "golden.cases", 64)):
