@@ -93,3 +93,19 @@ def test_mean_int8_extreme_inputs():
         compare_with_litert(m, [np.full((1, 9, 9, 3), v, np.int8)])
     m = _model("MEAN", "int8", (2, 300), [1], False, (0.02, 0), (0.02, 0))  # n > 256, same scale
     compare_with_litert(m, seed=9)
+
+
+def test_sum_int8_matches_litert_optimized_within_one_lsb():
+    """LiteRT's optimized int8 SUM reads int8 correctly but rounds in float: within 1 LSB."""
+    from edgerun._litert import make_interpreter
+
+    rng = np.random.default_rng(3)
+    for shape, axes, keep in CASES[:4]:
+        m = _model("SUM", "int8", shape, axes, keep, (0.05, -10), (0.02, 7))
+        x = rng.integers(-128, 128, size=shape).astype(np.int8)
+        it = make_interpreter(m, reference=False, xnnpack=False)
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        assert_close(run_edgerun(m, [x]), [want], max_lsb=1)
