@@ -62,14 +62,18 @@ class _Groups:
     def would_cycle(self, ga: int, gb: int) -> bool:
         """True when merging groups ``ga`` and ``gb`` makes a path leave the union and re-enter it."""
         s = self.members[ga] | self.members[gb]
-        hi = max(self.pos[n] for n in s)  # nodes after the last member cannot lead back into s
+        hi = max(self.pos[n] for n in s)  # units starting after the last member cannot lead back
         stack = [m for n in s for m in self.succs.get(n, ()) if m not in s]
         seen: set[int] = set()
         while stack:
             x = stack.pop()
-            if x in seen or self.pos[x] > hi:
+            if x in seen:
                 continue
-            for y in self.members[self.find(x)]:  # other groups are contracted: enter one, leave anywhere
+            unit = self.members[self.find(x)]  # other groups are contracted: enter one, leave anywhere
+            if min(self.pos[y] for y in unit) > hi:
+                seen.update(unit)
+                continue
+            for y in unit:
                 seen.add(y)
                 for z in self.succs.get(y, ()):
                     if z in s:
