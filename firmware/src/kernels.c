@@ -242,13 +242,21 @@ static int prep_mean(er_model *m, er_node *n, char *err, size_t errlen) {
     for (int i = 0; i < in->ndim; i++) if (!(red & (1u << i))) expect *= (uint32_t)in->dims[i];
     if (out->count != expect) FAIL("output has %u elements, expected %u", (unsigned)out->count, (unsigned)expect);
     n->axis = (int32_t)red;
-    if (n->keep_dims && in->ndim == 4 && ax->count == 2 && red == 6u) {
-        n->mean_kind = 0;
-        er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
-    } else {
-        n->mean_kind = same_q(in, out) ? 1 : 2;
-        if (out->count > 4096) UNSUP("MEAN over these axes with more than 4096 outputs");
-    }
+    if (out->count > 4096) UNSUP("MEAN with more than 4096 outputs");
+    /* LiteRT 2.x reference (QuantizedMeanOrSum in integers): the multiplier of s_in/s_out
+     * absorbs 1/n in fixed point: k = min(floor(log2 n), 32, 31 + e), m' = (m << k) / n,
+     * e' = e - k; out = MBQM(sum(q) - zp_in * n, m', e') + zp_out. */
+    int32_t mult, shift;
+    er_quantize_multiplier((double)in->scale / (double)out->scale, &mult, &shift);
+    uint32_t num = in->count / (out->count ? out->count : 1);
+    int32_t k = 0;
+    while (num >> (k + 1)) k++;
+    if (k > 32) k = 32;
+    if (k > 31 + shift) k = 31 + shift;
+    int64_t mm = k >= 0 ? ((int64_t)mult << k) : ((int64_t)mult >> -k);
+    n->mult = num ? (int32_t)(mm / (int64_t)num) : mult;
+    n->shift = shift - k;
+    n->mean_kind = 1;
     return ER_OK;
 }
 
@@ -535,19 +543,6 @@ static int eval_mean(er_model *m, er_node *n) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     const int8_t *x = i8in(m, n, 0);
     int8_t *y = i8out(m, n);
-    if (n->mean_kind == 0) {
-        const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], num = H * W;
-        for (int32_t b = 0; b < B; b++)
-            for (int32_t c = 0; c < C; c++) {
-                int32_t acc = 0;
-                for (int32_t h = 0; h < H; h++)
-                    for (int32_t w = 0; w < W; w++) acc += x[((b * H + h) * W + w) * C + c] - in->zp;
-                acc = er_mbqm(acc, n->mult, n->shift);
-                acc = acc > 0 ? (acc + num / 2) / num : (acc - num / 2) / num;
-                y[b * C + c] = (int8_t)clampi(acc + out->zp, -128, 127);
-            }
-        return 0;
-    }
     if (out->count > sizeof mean_scratch / sizeof mean_scratch[0]) return -1;
     memset(mean_scratch, 0, out->count * sizeof mean_scratch[0]);
     const uint32_t red = (uint32_t)n->axis;
@@ -564,19 +559,9 @@ static int eval_mean(er_model *m, er_node *n) {
             idx[d] = 0;
         }
     }
-    if (num == 0) return 0;
-    if (n->mean_kind == 1) {
-        for (uint32_t o = 0; o < out->count; o++) y[o] = (int8_t)(mean_scratch[o] / (int32_t)num);
-        return 0;
-    }
-    const float scale = in->scale / out->scale;
-    const float bias = (float)(-in->zp) * scale;
     for (uint32_t o = 0; o < out->count; o++) {
-        float mean = (float)mean_scratch[o] / (float)num;
-        float r = roundf(mean * scale + bias) + (float)out->zp;
-        r = r < 127.0f ? r : 127.0f;
-        r = r > -128.0f ? r : -128.0f;
-        y[o] = (int8_t)r;
+        int32_t acc = er_mbqm(mean_scratch[o] - in->zp * (int32_t)num, n->mult, n->shift) + out->zp;
+        y[o] = (int8_t)clampi(acc, -128, 127);
     }
     return 0;
 }

@@ -1,0 +1,301 @@
+"""Flash a model onto edgerun firmware over a serial link, and run it there.
+
+``flash()`` negotiates the frame size (HELLO), asks what the device holds (STATUS), skips the
+transfer when the active model already has this hash, resumes an interrupted transfer from the
+bytes the device already acknowledged, sends offset-addressed chunks into the inactive slot,
+has the device verify the SHA-256 (END) and only then switches the active slot (COMMIT). A
+transfer cut anywhere leaves the previous model active and runnable. When the link drops in the
+middle, ``flash()`` reopens it (at most ``RECONNECTS`` times) and resumes.
+
+``run_on_device()`` sends inputs, invokes, and reads outputs back; ``verify_on_device()`` runs a
+bundle's golden vectors on the device and compares them byte for byte with the host's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgerun.deploy import protocol as P
+from edgerun.deploy.serial_link import DEFAULT_BAUD, DeviceError, SerialLink
+from edgerun.errors import DeployError, EdgerunError, InputMismatchError, LinkError, ModelFormatError
+
+#: times flash() reopens a link that failed mid-transfer before giving up
+RECONNECTS = 3
+#: seconds to wait before reopening a failed link (a USB CDC port re-enumerating, a relay restarting)
+RECONNECT_DELAY_S = 0.2
+
+
+@dataclass
+class FlashResult:
+    port: str
+    board: str
+    slot: int
+    size: int
+    sha256: str
+    skipped: bool = False
+    resumed_from: int = 0
+    payload_bytes: int = 0
+    wire_bytes: int = 0
+    retransmissions: int = 0
+    reconnects: int = 0
+    seconds: float = 0.0
+    arena_bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TensorInfo:
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    scale: float
+    zero_point: int
+
+
+@dataclass
+class DeviceModel:
+    inputs: list[TensorInfo] = field(default_factory=list)
+    outputs: list[TensorInfo] = field(default_factory=list)
+    arena_bytes: int = 0
+    size: int = 0
+    sha256: str = ""
+
+
+def model_bytes(bundle_or_model) -> tuple[bytes, object | None]:
+    """(model bytes, Bundle or None) from bytes, a .tflite path, a bundle path or a Bundle."""
+    if isinstance(bundle_or_model, (bytes, bytearray, memoryview)):
+        return bytes(bundle_or_model), None
+    if hasattr(bundle_or_model, "model") and hasattr(bundle_or_model, "manifest"):
+        return bytes(bundle_or_model.model), bundle_or_model
+    path = Path(bundle_or_model)
+    try:
+        head = path.open("rb").read(8)
+    except OSError as e:
+        raise ModelFormatError(f"cannot read {path}: {e.strerror}") from None
+    if head[4:8] == b"TFL3":
+        return path.read_bytes(), None
+    try:
+        from edgerun.bundle import read_bundle
+    except ImportError:  # pragma: no cover - bundles are part of edgerun
+        raise ModelFormatError(f"{path} is not a .tflite model and bundles are not available") from None
+    bundle = read_bundle(path)
+    return bytes(bundle.model), bundle
+
+
+def _open(port, baud, link):
+    if link is not None:
+        return link, False
+    return SerialLink(port, baud), True
+
+
+def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult, progress, force: bool) -> None:
+    hello = link.hello()
+    result.board = hello.board
+    if len(data) > hello.slot_bytes:
+        raise DeployError(f"model is {len(data)} bytes; a slot on {hello.board} holds {hello.slot_bytes} "
+                          "bytes: quantize it, prune it or pick a board with more flash")
+    st = link.status()
+    sha = digest.hex()
+    active = st.active_slot
+    if not force and active is not None and st.slots[active].sha256 == sha and \
+            st.slots[active].state == P.SLOT_VERIFIED:
+        result.skipped, result.slot = True, active
+        if progress:
+            progress(len(data), len(data))
+        return
+    reply = link.request(P.CMD_BEGIN, P.BEGIN.pack(len(data), digest, P.SLOT_NONE))
+    slot, resumed, _, received = P.BEGIN_REPLY.unpack_from(reply)
+    result.slot = slot
+    if resumed and received:
+        result.resumed_from = max(result.resumed_from, received)
+    chunk = link.max_payload - P.DATA_HEADER_SIZE
+    offset = received
+    if progress:
+        progress(offset, len(data))
+    while offset < len(data):
+        piece = data[offset:offset + chunk]
+        try:
+            reply = link.request(P.CMD_DATA, P.DATA_HEADER.pack(offset) + piece)
+        except DeviceError as e:
+            if e.code != P.ERR_BAD_OFFSET:
+                raise
+            st = link.status()  # the device holds something else than we thought: resync
+            offset = st.slots[slot].received
+            continue
+        (acked,) = P.DATA_HEADER.unpack_from(reply)
+        offset = acked
+        if progress:
+            progress(offset, len(data))
+    reply = link.request(P.CMD_END, digest)
+    if reply[:32] != digest:
+        raise DeployError(f"device hashed the slot as {reply[:32].hex()}, expected {sha}")
+    reply = link.request(P.CMD_COMMIT, P.COMMIT.pack(slot, digest))
+    active_slot, arena = P.ACTIVE_REPLY.unpack_from(reply)
+    result.slot, result.arena_bytes = active_slot, arena
+
+
+def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *, force: bool = False,
+          link: SerialLink | None = None) -> FlashResult:
+    """Flash a bundle (or a .tflite) to the firmware on ``port``; returns a :class:`FlashResult`.
+
+    ``progress(done, total)`` is called with the bytes the device has acknowledged.
+    """
+    data, _ = model_bytes(bundle_or_model)
+    digest = hashlib.sha256(data).digest()
+    result = FlashResult(port=port, board="", slot=-1, size=len(data), sha256=digest.hex())
+    t0 = time.monotonic()
+    own_link = link is None
+    lk, _ = _open(port, baud, link)
+    stats = []
+    try:
+        while True:
+            try:
+                _transfer(lk, data, digest, result, progress, force)
+                break
+            except DeviceError:
+                raise
+            except LinkError:
+                if not own_link or result.reconnects >= RECONNECTS:
+                    raise
+                stats.append(lk.stats)
+                lk.close()
+                result.reconnects += 1
+                time.sleep(RECONNECT_DELAY_S)
+                lk = SerialLink(port, baud)
+    finally:
+        stats.append(lk.stats)
+        if own_link:
+            lk.close()
+    result.wire_bytes = sum(s.bytes_sent + s.bytes_received for s in stats)
+    result.payload_bytes = sum(s.payload_sent for s in stats)
+    result.retransmissions = sum(s.retransmissions for s in stats)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _tensor_info(rec) -> TensorInfo:
+    typ, ndim, _, nbytes, scale, zp, *dims = P.IO_RECORD.unpack(rec)
+    if typ not in P.TYPE_DTYPES or ndim > P.MAX_DIMS:
+        raise LinkError(f"device describes a tensor of type {typ} and rank {ndim}")
+    return TensorInfo(P.TYPE_DTYPES[typ], tuple(dims[:ndim]), nbytes, scale, zp)
+
+
+def model_info(link: SerialLink) -> DeviceModel:
+    p = link.request(P.CMD_MODEL_INFO)
+    n_in, n_out, _, arena, size, sha = P.MODEL_INFO_HEADER.unpack_from(p)
+    recs = [p[P.MODEL_INFO_HEADER_SIZE + i * P.IO_RECORD_SIZE:][:P.IO_RECORD_SIZE] for i in range(n_in + n_out)]
+    if any(len(r) != P.IO_RECORD_SIZE for r in recs):
+        raise LinkError("short MODEL_INFO answer")
+    infos = [_tensor_info(r) for r in recs]
+    return DeviceModel(infos[:n_in], infos[n_in:], arena, size, sha.hex())
+
+
+def run_with_link(link: SerialLink, inputs, info: DeviceModel | None = None) -> tuple[list[np.ndarray], float]:
+    """Set inputs, invoke, read outputs. Returns (outputs, device microseconds)."""
+    if link.max_payload <= P.MIN_PAYLOAD:
+        link.hello()
+    info = info or model_info(link)
+    inputs = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+    if len(inputs) != len(info.inputs):
+        raise InputMismatchError(f"the device model takes {len(info.inputs)} inputs, got {len(inputs)}")
+    chunk = link.max_payload - P.IO_HEADER_SIZE
+    for i, (x, ti) in enumerate(zip(inputs, info.inputs)):
+        x = np.asarray(x)
+        if x.dtype != np.dtype(ti.dtype) or tuple(x.shape) != ti.shape:
+            raise InputMismatchError(f"input {i}: the device expects {ti.dtype}{list(ti.shape)}, "
+                                     f"got {x.dtype}{list(x.shape)}")
+        raw = np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<"), copy=False).tobytes()
+        for off in range(0, len(raw), chunk):
+            link.request(P.CMD_SET_INPUT, P.IO_HEADER.pack(i, off) + raw[off:off + chunk])
+    us, _ = P.INVOKE_REPLY.unpack_from(link.request(P.CMD_INVOKE))
+    outs = []
+    chunk = link.max_payload
+    for i, to in enumerate(info.outputs):
+        raw = bytearray()
+        while len(raw) < to.nbytes:
+            n = min(chunk, to.nbytes - len(raw))
+            piece = link.request(P.CMD_GET_OUTPUT, P.GET_OUTPUT.pack(i, len(raw), n))
+            if len(piece) != n:
+                raise LinkError(f"device sent {len(piece)} bytes of output {i}, asked for {n}")
+            raw += piece
+        outs.append(np.frombuffer(bytes(raw), dtype=np.dtype(to.dtype).newbyteorder("<")).astype(to.dtype).reshape(to.shape))
+    return outs, float(us)
+
+
+def run_on_device(port: str, inputs, baud: int = DEFAULT_BAUD, *, link: SerialLink | None = None) -> list[np.ndarray]:
+    """Run the device's active model on ``inputs`` (a list of arrays in model input order)."""
+    lk, own = _open(port, baud, link)
+    try:
+        lk.hello()
+        return run_with_link(lk, inputs)[0]
+    finally:
+        if own:
+            lk.close()
+
+
+def _host_outputs(model: bytes, inputs) -> tuple[list[np.ndarray], str]:
+    """The host's answer: edgerun's interpreter, or LiteRT's reference kernels when edgerun lacks an op."""
+    from edgerun.testing import run_edgerun
+
+    try:
+        return run_edgerun(model, inputs), "edgerun"
+    except EdgerunError:
+        from edgerun.testing import run_litert
+
+        return run_litert(model, inputs, reference=True), "litert-reference"
+
+
+def verify_on_device(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, *, flash_first: bool = True,
+                     progress=None, link: SerialLink | None = None, inputs=None) -> dict:
+    """Flash (when needed) and run the golden vectors on the device; compare with the host.
+
+    Golden vectors come from the bundle; for a bare .tflite (or when ``inputs`` is given) the
+    host's own outputs on those inputs are the reference. Returns a report dict with ``ok``.
+    """
+    data, bundle = model_bytes(bundle_or_model)
+    lk, own = _open(port, baud, link)
+    try:
+        flashed = flash(data, port, baud, progress, link=lk) if flash_first else None
+        lk.hello()
+        info = model_info(lk)
+        if info.sha256 != hashlib.sha256(data).hexdigest():
+            raise DeployError(f"the device runs model {info.sha256[:12]}, not this one "
+                              f"({hashlib.sha256(data).hexdigest()[:12]}); flash it first")
+        if inputs is not None:
+            cases = [(list(inputs), None)]
+        elif bundle is not None and getattr(bundle, "golden", None):
+            cases = [(list(i), list(o)) for i, o in bundle.golden]
+        else:
+            from edgerun.testing import random_inputs
+
+            details = [{"dtype": t.dtype, "shape": t.shape} for t in info.inputs]
+            cases = [(random_inputs(details, seed=s), None) for s in range(3)]
+        report_cases, ok, reference = [], True, "golden"
+        total_us = 0.0
+        for ins, want in cases:
+            got, us = run_with_link(lk, ins, info)
+            total_us += us
+            if want is None:
+                want, reference = _host_outputs(data, ins)
+            diffs = []
+            for g, w in zip(got, want):
+                w = np.asarray(w)
+                same = g.dtype == w.dtype and g.shape == w.shape and g.tobytes() == w.tobytes()
+                d = (int(np.max(np.abs(g.astype(np.int64) - w.astype(np.int64)))) if g.dtype.kind in "iu" and g.shape == w.shape
+                     else float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64)))) if g.shape == w.shape else None)
+                diffs.append({"identical": bool(same), "max_abs_diff": d})
+                ok &= same
+            report_cases.append({"outputs": diffs, "device_us": us})
+        return {"ok": bool(ok), "port": port, "model_sha256": info.sha256, "reference": reference,
+                "cases": report_cases, "device_us_mean": total_us / max(len(cases), 1),
+                "flash": flashed.to_dict() if flashed else None}
+    finally:
+        if own:
+            lk.close()

@@ -1,0 +1,218 @@
+"""Small int8 TFLite models for the firmware tests, built in code with edgerun's ModelBuilder.
+
+``mcu_small()`` is the model shipped as ``models/mcu_small.tflite`` (``tools/make_mcu_model.py``
+writes it): conv / depthwise / pooling / pad / add / mean / fully-connected / softmax, about
+20 KB. ``op_models()`` gives one small model per op and option the C interpreter supports, with
+scales drawn from a seeded generator, for byte-exact comparison with LiteRT's reference kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.ir import ModelBuilder
+
+RELU, RELU6 = 1, 3
+
+
+def _q(rng, lo=0.01, hi=0.1):
+    return (float(rng.uniform(lo, hi)), int(rng.integers(-20, 20)))
+
+
+def _weights(rng, shape, axis=0):
+    w = rng.integers(-127, 128, size=shape).astype(np.int8)
+    scales = rng.uniform(0.002, 0.02, size=shape[axis]).astype(np.float32)
+    return w, (scales, np.zeros(shape[axis], np.int64), axis)
+
+
+def _bias(rng, n, in_scale, w_scales):
+    scales = (np.float32(in_scale) * np.asarray(w_scales, np.float32)).astype(np.float32)
+    return rng.integers(-2000, 2000, size=n).astype(np.int32), (scales, np.zeros(n, np.int64), 0)
+
+
+def conv(b, rng, x, xq, shape, oc, k, stride, act, padding=0, dil=1, name="conv"):
+    n, h, w, c = shape
+    wt, wq = _weights(rng, (oc, k, k, c))
+    bias, bq = _bias(rng, oc, xq[0], wq[0])
+    eff = (k - 1) * dil + 1
+    oh = (h + stride - 1) // stride if padding == 0 else (h - eff + stride) // stride
+    ow = (w + stride - 1) // stride if padding == 0 else (w - eff + stride) // stride
+    yq = _q(rng)
+    y = b.tensor(f"{name}_out", (n, oh, ow, oc), "int8", yq)
+    b.op("CONV_2D", [x, b.const(f"{name}_w", wt, "int8", wq), b.const(f"{name}_b", bias, "int32", bq)], [y],
+         padding=padding, stride_w=stride, stride_h=stride, fused_activation_function=act,
+         dilation_w_factor=dil, dilation_h_factor=dil)
+    return y, yq, (n, oh, ow, oc)
+
+
+def dwconv(b, rng, x, xq, shape, k, stride, act, mult=1, padding=0, name="dw"):
+    n, h, w, c = shape
+    oc = c * mult
+    wt, wq = _weights(rng, (1, k, k, oc), axis=3)
+    bias, bq = _bias(rng, oc, xq[0], wq[0])
+    eff = k
+    oh = (h + stride - 1) // stride if padding == 0 else (h - eff + stride) // stride
+    ow = (w + stride - 1) // stride if padding == 0 else (w - eff + stride) // stride
+    yq = _q(rng)
+    y = b.tensor(f"{name}_out", (n, oh, ow, oc), "int8", yq)
+    b.op("DEPTHWISE_CONV_2D", [x, b.const(f"{name}_w", wt, "int8", wq), b.const(f"{name}_b", bias, "int32", bq)],
+         [y], padding=padding, stride_w=stride, stride_h=stride, depth_multiplier=mult,
+         fused_activation_function=act)
+    return y, yq, (n, oh, ow, oc)
+
+
+def fc(b, rng, x, xq, depth, units, act, name="fc", per_channel=False, batches=1):
+    wt = rng.integers(-127, 128, size=(units, depth)).astype(np.int8)
+    if per_channel:
+        ws = rng.uniform(0.002, 0.02, size=units).astype(np.float32)
+        wq = (ws, np.zeros(units, np.int64), 0)
+    else:
+        ws = np.float32(rng.uniform(0.002, 0.02))
+        wq = (np.array([ws], np.float32), np.zeros(1, np.int64), 0)
+    bias_scales = np.float32(xq[0]) * np.atleast_1d(np.asarray(ws, np.float32))
+    bias = rng.integers(-2000, 2000, size=units).astype(np.int32)
+    bq = (bias_scales.astype(np.float32), np.zeros(bias_scales.size, np.int64), 0)
+    yq = _q(rng, 0.05, 0.3)
+    y = b.tensor(f"{name}_out", (batches, units), "int8", yq)
+    b.op("FULLY_CONNECTED", [x, b.const(f"{name}_w", wt, "int8", wq), b.const(f"{name}_b", bias, "int32", bq)],
+         [y], fused_activation_function=act)
+    return y, yq
+
+
+def mcu_small(seed: int = 7) -> bytes:
+    """The shipped test model: [1,16,16,3] int8 -> 10 class probabilities (int8, softmax)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("edgerun mcu_small")
+    xq = (0.02, -3)
+    x = b.input("image", (1, 16, 16, 3), "int8", xq)
+    y, yq, s = conv(b, rng, x, xq, (1, 16, 16, 3), 8, 3, 2, RELU6, name="c1")          # 8x8x8
+    y, yq, s = dwconv(b, rng, y, yq, s, 3, 1, RELU, name="dw1")                           # 8x8x8
+    y, yq, s = conv(b, rng, y, yq, s, 16, 1, 1, 0, padding=1, name="c2")                  # 8x8x16
+    p = b.tensor("pool_out", (1, 4, 4, 16), "int8", yq)
+    b.op("AVERAGE_POOL_2D", [y], [p], padding=1, stride_w=2, stride_h=2, filter_width=2, filter_height=2)
+    m = b.tensor("max_out", (1, 4, 4, 16), "int8", yq)
+    b.op("MAX_POOL_2D", [p], [m], padding=0, stride_w=1, stride_h=1, filter_width=3, filter_height=3)
+    aq = _q(rng, 0.05, 0.1)
+    a = b.tensor("add_out", (1, 4, 4, 16), "int8", aq)
+    b.op("ADD", [p, m], [a], fused_activation_function=RELU)
+    r = b.tensor("flat", (1, 256), "int8", aq)
+    b.op("RESHAPE", [a, b.const("shape", np.array([1, 256], np.int32))], [r], new_shape=(1, 256))
+    h, hq = fc(b, rng, r, aq, 256, 64, RELU, name="fc1")
+    lg, lq = fc(b, rng, h, hq, 64, 10, 0, name="fc2")
+    out = b.tensor("probs", (1, 10), "int8", (1.0 / 256, -128))
+    b.op("SOFTMAX", [lg], [out], beta=1.0)
+    b.output(out)
+    return b.to_bytes()
+
+
+def op_models(seed: int = 0) -> dict[str, bytes]:
+    """One model per supported op/option, named for test ids."""
+    rng = np.random.default_rng(seed)
+    models: dict[str, bytes] = {}
+
+    def new(shape=(1, 9, 9, 4), q=None):
+        b = ModelBuilder()
+        q = q or _q(rng)
+        return b, b.input("x", shape, "int8", q), q
+
+    for name, kw in {"conv_same_s2_relu6": dict(k=3, stride=2, act=RELU6, padding=0),
+                     "conv_valid_s1": dict(k=3, stride=1, act=0, padding=1),
+                     "conv_dilated": dict(k=3, stride=1, act=RELU, padding=0, dil=2),
+                     "conv_5x5": dict(k=5, stride=2, act=0, padding=0)}.items():
+        b, x, q = new()
+        y, _, _ = conv(b, rng, x, q, (1, 9, 9, 4), 6, kw.pop("k"), kw.pop("stride"), kw.pop("act"), **kw)
+        b.output(y)
+        models[name] = b.to_bytes()
+    for name, kw in {"dw_same_s1": dict(k=3, stride=1, act=RELU), "dw_valid_s2_mult2": dict(k=3, stride=2, act=RELU6, mult=2, padding=1)}.items():
+        b, x, q = new()
+        y, _, _ = dwconv(b, rng, x, q, (1, 9, 9, 4), kw.pop("k"), kw.pop("stride"), kw.pop("act"), **kw)
+        b.output(y)
+        models[name] = b.to_bytes()
+    for name, pc in (("fc_per_tensor", False), ("fc_per_channel", True)):
+        b, x, q = new((3, 40))
+        y, _ = fc(b, rng, x, q, 40, 12, RELU, per_channel=pc, batches=3)
+        b.output(y)
+        models[name] = b.to_bytes()
+    for op, pad, k, s in (("AVERAGE_POOL_2D", 0, 3, 2), ("AVERAGE_POOL_2D", 1, 2, 2), ("MAX_POOL_2D", 0, 3, 2), ("MAX_POOL_2D", 1, 2, 1)):
+        b, x, q = new()
+        o = (9 + s - 1) // s if pad == 0 else (9 - k + s) // s
+        y = b.tensor("y", (1, o, o, 4), "int8", q)
+        b.op(op, [x], [y], padding=pad, stride_w=s, stride_h=s, filter_width=k, filter_height=k, fused_activation_function=RELU6)
+        b.output(y)
+        models[f"{op.lower()}_{'same' if pad == 0 else 'valid'}_k{k}s{s}"] = b.to_bytes()
+    for op in ("ADD", "MUL"):
+        for bshape in ((1, 5, 5, 4), (1, 1, 1, 4), (4,)):
+            b = ModelBuilder()
+            qa, qb, qo = _q(rng), _q(rng), _q(rng, 0.02, 0.2)
+            x = b.input("a", (1, 5, 5, 4), "int8", qa)
+            y = b.input("b", bshape, "int8", qb)
+            z = b.tensor("z", (1, 5, 5, 4), "int8", qo)
+            b.op(op, [x, y], [z], fused_activation_function=RELU if op == "ADD" else 0)
+            b.output(z)
+            models[f"{op.lower()}_b{'x'.join(map(str, bshape))}"] = b.to_bytes()
+    for name, axes, keep, same in (("mean_hw_keep", [1, 2], True, False), ("mean_hw_nokeep", [1, 2], False, False),
+                                   ("mean_hw_same_q", [1, 2], False, True), ("mean_c", [3], True, False)):
+        b, x, q = new()
+        oq = q if same else _q(rng)
+        oshape = [1, 9, 9, 4]
+        for a in axes:
+            oshape[a] = 1
+        if not keep:
+            oshape = [d for i, d in enumerate(oshape) if i not in axes]
+        y = b.tensor("y", tuple(oshape), "int8", oq)
+        b.op("MEAN", [x, b.const("axes", np.array(axes, np.int32))], [y], keep_dims=keep)
+        b.output(y)
+        models[name] = b.to_bytes()
+    for beta in (1.0, 0.5):
+        b, x, q = new((2, 17), (float(rng.uniform(0.05, 0.2)), 3))
+        y = b.tensor("y", (2, 17), "int8", (1.0 / 256, -128))
+        b.op("SOFTMAX", [x], [y], beta=beta)
+        b.output(y)
+        models[f"softmax_beta{beta}"] = b.to_bytes()
+    b, x, q = new((1, 50), (0.07, 10))
+    y = b.tensor("y", (1, 50), "int8", (1.0 / 256, -128))
+    b.op("LOGISTIC", [x], [y])
+    b.output(y)
+    models["logistic"] = b.to_bytes()
+    for op in ("RELU", "RELU6"):
+        b, x, q = new((1, 60), (0.05, -7))
+        y = b.tensor("y", (1, 60), "int8", (0.03, -100))
+        b.op(op, [x], [y])
+        b.output(y)
+        models[op.lower()] = b.to_bytes()
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 5), "float32")
+    q = b.tensor("q", (2, 3, 5), "int8", (0.05, 4))
+    b.op("QUANTIZE", [x], [q])
+    r = b.tensor("r", (2, 3, 5), "int8", (0.11, -9))
+    b.op("QUANTIZE", [q], [r])
+    d = b.tensor("d", (2, 3, 5), "float32")
+    b.op("DEQUANTIZE", [r], [d])
+    b.output(d)
+    models["quantize_requantize_dequantize"] = b.to_bytes()
+    b = ModelBuilder()
+    q = (0.04, 2)
+    x1 = b.input("a", (1, 3, 3, 2), "int8", q)
+    x2 = b.input("b", (1, 3, 3, 5), "int8", q)
+    y = b.tensor("y", (1, 3, 3, 7), "int8", q)
+    b.op("CONCATENATION", [x1, x2], [y], axis=-1)
+    r = b.tensor("r", (9, 7), "int8", q)
+    b.op("RESHAPE", [y, b.const("shape", np.array([9, 7], np.int32))], [r], new_shape=(9, 7))
+    b.output(r)
+    models["concat_reshape"] = b.to_bytes()
+    b, x, q = new((1, 4, 4, 3))
+    y = b.tensor("y", (1, 7, 5, 3), "int8", q)
+    b.op("PAD", [x, b.const("pads", np.array([[0, 0], [1, 2], [0, 1], [0, 0]], np.int32))], [y])
+    b.output(y)
+    models["pad"] = b.to_bytes()
+    return models
+
+
+def unsupported_model() -> bytes:
+    """A model with an op the firmware does not run (TANH), to check the load-time error."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 8), "int8", (0.05, 0))
+    y = b.tensor("y", (1, 8), "int8", (1.0 / 128, 0))
+    b.op("TANH", [x], [y])
+    b.output(y)
+    return b.to_bytes()
