@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.ops.common import QRANGE, round_half_away
+from edgerun.ops.common import QRANGE
 from edgerun.ops.fixedpoint import multiply_by_quantized_multiplier, quantize_multiplier
 from edgerun.ops.registry import Kernel, register
 
@@ -39,6 +39,16 @@ def trunc_to_int32(x) -> np.ndarray:
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+_BITS = {"int8": np.uint8, "uint8": np.uint8, "int16": np.uint16}
+
+
+def _values_by_bits(dtype) -> np.ndarray:
+    """Every value of an 8- or 16-bit integer type, ordered by its unsigned bit pattern (a LUT index)."""
+    dtype = np.dtype(dtype)
+    unsigned = np.dtype(f"u{dtype.itemsize}")
+    return np.arange(1 << (8 * dtype.itemsize), dtype=np.int64).astype(unsigned).view(dtype).astype(np.int64)
 
 
 def _per_axis(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
@@ -79,28 +89,52 @@ class Quantize(Kernel):
             else:
                 self.scale = _F32(q.scale[0])
                 self.zero_point = int(q.zero_point[0])
+            # what (int32)NaN = INT32_MIN plus the zero point clamps to
+            self.overflow_value = np.where(np.asarray(self.zero_point) >= 0, self.qmin, self.qmax)
         else:
             if not src.quantized:
                 raise ctx.fail("the input tensor has no quantization parameters")
             if src.dtype == "int16" and dst.dtype == "int16" and (
                     int(src.quant.zero_point[0]) != 0 or int(q.zero_point[0]) != 0):
                 raise ctx.fail("int16 -> int16 requantization needs zero points 0")
-            self.zp_in = int(src.quant.zero_point[0])
-            self.zp_out = int(q.zero_point[0])
-            self.mult, self.shift = quantize_multiplier(float(src.quant.scale[0]) / float(q.scale[0]))
+            zp_in, zp_out = int(src.quant.zero_point[0]), int(q.zero_point[0])
+            mult, shift = quantize_multiplier(float(src.quant.scale[0]) / float(q.scale[0]))
+            values = _values_by_bits(src.np_dtype)
+            y = multiply_by_quantized_multiplier(values - zp_in, mult, shift) + zp_out
+            self.lut = np.clip(y, self.qmin, self.qmax).astype(self.out_dtype)
+            self.bits = _BITS[src.dtype]
         self.from_float = src.dtype == "float32"
+        self._scratch = None
         return [shape]
 
     def eval(self, inputs):
         x = inputs[0]
-        if self.from_float:
-            with np.errstate(all="ignore"):
-                r = round_half_away(x / self.scale)
-            y = _wrap32(trunc_to_int32(r) + self.zero_point)
-        else:
-            y = multiply_by_quantized_multiplier(x.astype(np.int64) - self.zp_in, self.mult,
-                                                 self.shift) + self.zp_out
-        return [np.clip(y, self.qmin, self.qmax).astype(self.out_dtype)]
+        if not self.from_float:  # a function of the input bits: one lookup
+            return [np.take(self.lut, x.view(self.bits))]
+        # In place on scratch buffers: fresh temporaries cost page faults that dominate here.
+        if self._scratch is None or self._scratch[0].shape != x.shape:
+            self._scratch = (np.empty(x.shape, np.float32), np.empty(x.shape, np.float32))
+        q, r = self._scratch
+        with np.errstate(all="ignore"):
+            np.divide(x, self.scale, out=q)
+            np.rint(q, out=r)  # ties to even; std::round takes them away from zero:
+            d = np.subtract(q, r, out=q)
+            up = (d == 0.5) & (r >= 0)
+            if up.any():
+                r[up] += 1
+            down = (d == -0.5) & (r <= 0)
+            if down.any():
+                r[down] -= 1
+            # NaN and |r| >= 2^31 convert to INT32_MIN, then adding the zero point wraps (zp < 0)
+            hi, lo = r.max(initial=0.0), r.min(initial=0.0)
+            overflow = not (hi < 2.0 ** 31 and lo >= -2.0 ** 31)
+            if overflow:
+                bad = ~(np.abs(r) < 2.0 ** 31)
+            np.add(r, self.zero_point, out=r)
+            np.clip(r, self.qmin, self.qmax, out=r)
+        if overflow:
+            np.copyto(r, self.overflow_value, where=bad)
+        return [r.astype(self.out_dtype)]
 
 
 @register("DEQUANTIZE", "int8", "uint8", "int16", "float16")
@@ -130,18 +164,18 @@ class Dequantize(Kernel):
                 self.zero_point = _per_axis(q.zero_point.astype(np.int64), axis, len(shape))
             else:
                 self.kind = "per_tensor"
-                self.scale = float(q.scale[0])  # the C++ kernel multiplies in double
-                self.zero_point = int(q.zero_point[0])
+                v = _values_by_bits(src.np_dtype) - int(q.zero_point[0])
+                self.lut = (float(q.scale[0]) * v).astype(np.float32)  # the C++ kernel multiplies in double
+                self.bits = _BITS[src.dtype]
         return [shape]
 
     def eval(self, inputs):
         x = inputs[0]
         if self.kind == "widen":
             return [x.astype(np.float32)]
-        v = x.astype(np.int64) - self.zero_point
         if self.kind == "per_tensor":
-            return [(self.scale * v).astype(np.float32)]
-        return [self.scale * v.astype(np.float32)]
+            return [np.take(self.lut, x.view(self.bits))]
+        return [self.scale * (x.astype(np.int64) - self.zero_point).astype(np.float32)]
 
 
 def _saturating_float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
