@@ -9,7 +9,8 @@ A kernel is a class with one instance per node, split the way TFLM splits kernel
   input arrays (``None`` for omitted optional inputs) and returns the output arrays.
 
 Kernels register per dtype with :func:`register`. The dtype key of a node is its first input's
-dtype unless the OpDef says otherwise (QUANTIZE and DEQUANTIZE key on their output, for one).
+dtype unless the OpDef says otherwise (``register(..., key=output_dtype)``); QUANTIZE, DEQUANTIZE
+and CAST keep the default, since their input dtype is what selects the arithmetic.
 Registering the same (op, dtype) twice raises, as TFLM's resolver does. Custom ops register by
 their ``custom_code`` with :func:`register_custom`.
 """
