@@ -39,10 +39,15 @@ import numpy as np
 
 from edgerun.errors import InputMismatchError, ModelFormatError
 from edgerun.ops.common import QRANGE, qparams, quantized_activation_range, round_half_away
-from edgerun.ops.fixedpoint import (count_leading_sign_bits32, get_inv_sqrt_quantized_multiplier_exp,
-                                    get_reciprocal, multiply_by_quantized_multiplier,
-                                    quantize_multiplier, rounding_divide_by_pot,
-                                    saturating_rounding_doubling_high_mul)
+from edgerun.ops.fixedpoint import (
+    count_leading_sign_bits32,
+    get_inv_sqrt_quantized_multiplier_exp,
+    get_reciprocal,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
 from edgerun.ops.quantize import trunc_to_int32
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Activation
