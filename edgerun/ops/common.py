@@ -117,17 +117,22 @@ class Requantizer:
     """int32 accumulators -> quantized output: ``clamp(MBQM(acc, m, shift) + zero_point, lo, hi)``.
 
     Bit-exact with :func:`edgerun.ops.fixedpoint.multiply_by_quantized_multiplier` (TFLite's
-    MultiplyByQuantizedMultiplier with gemmlowp rounding) but with fewer numpy passes; ``m`` and
-    ``shift`` broadcast along the last axis (per-channel). The identities used, for int32 ``x``
-    and ``0 < m < 2^31``:
+    MultiplyByQuantizedMultiplier with gemmlowp rounding) in a few in-place numpy passes; ``m``
+    and ``shift`` broadcast along the last axis (per-channel). For int32 ``x``, ``0 < m < 2^31``
+    and right shift ``e = max(-shift, 0)``:
 
-    * SaturatingRoundingDoublingHighMul(x, m) == (x*m + 2^30) >> 31 (the saturating case needs
-      m == -2^31, which QuantizeMultiplier never produces; floor shift == gemmlowp's nudge then
-      truncation, for both signs);
-    * RoundingDivideByPOT(y, e) == (y + (2^e >> 1) - (y < 0 and e > 0)) >> e (half away from zero).
+    * SaturatingRoundingDoublingHighMul(x, m) == floor((x*m + 2^30) / 2^31): gemmlowp's nudge
+      then truncation toward zero is this floor for both signs (saturation needs m == -2^31,
+      which QuantizeMultiplier never produces);
+    * RoundingDivideByPOT(y, e) == floor((y + 2^(e-1) - [y < 0]) / 2^e) for e > 0 (half away
+      from zero), and y < 0 exactly when x*m + 2^30 < 0;
+    * floor(floor(a / 2^31) + c) / 2^e) == floor((a + c*2^31) / 2^(31+e)) for integer c, so both
+      roundings and the zero point collapse into one add and one arithmetic shift::
 
-    Accumulators are taken to fit int32 (TFLite's int32 accumulator); with a left shift they wrap
-    like TFLite's ``x * (1 << left_shift)``.
+        Q = x*m + 2^30;  out = (Q + 2^31*(2^(e-1) - [Q < 0 and e > 0]) + zp*2^(31+e)) >> (31+e)
+
+    Every intermediate stays below 2^63 for |x| < 2^31. Accumulators are taken to fit int32
+    (TFLite's int32 accumulator); with a left shift they wrap like TFLite's ``x * (1 << left)``.
     """
 
     def __init__(self, multiplier, shift, zero_point: int, qmin: int, qmax: int, dtype=np.int8):
@@ -136,38 +141,59 @@ class Requantizer:
         m, sh = np.broadcast_arrays(m, sh)
         self.m = np.ascontiguousarray(m)
         left = np.maximum(sh, 0)
-        right = np.maximum(-sh, 0)
+        right = np.maximum(-sh, 0)  # QuantizeMultiplier keeps shift >= -31
         self.left = left if left.any() else None
-        self.right = np.ascontiguousarray(right)
-        self.half = (np.int64(1) << self.right) >> 1
-        self.neg_fix = (self.right > 0).astype(np.int64)
-        self.scalar_right = int(self.right.flat[0]) if self.right.size and (self.right == self.right.flat[0]).all() else None
         self.zero_point = int(zero_point)
         self.qmin, self.qmax = int(qmin), int(qmax)
         self.dtype = dtype
+        half = (np.int64(1) << right) >> 1
+        # fold the zero point into the shift while |zp| * 2^(31+e) <= 2^61 (no int64 overflow)
+        self.fold_zp = abs(self.zero_point) <= 256 and int(right.max(initial=0)) <= 22
+        zp_term = (np.int64(self.zero_point) << (31 + right)) if self.fold_zp else np.zeros_like(right)
+
+        def shrink(a):  # one value for every channel: a Python scalar is faster to broadcast
+            a = np.ascontiguousarray(a)
+            return int(a.flat[0]) if a.size and (a == a.flat[0]).all() else a
+
+        self.add_plain = shrink(half << 31)
+        self.add_zp = shrink((half << 31) + zp_term)
+        self.neg = shrink((right > 0).astype(np.int64) << 31)
+        self.total = shrink(31 + right)
+        self.any_neg = bool(np.any(self.neg))
+
+    def _scaled(self, acc: np.ndarray, with_zp: bool, bias=None) -> np.ndarray:
+        if bias is not None:
+            # one pass: (float or int) accumulator + int64 bias, cast to int64 (exact for integers < 2^53)
+            x = np.empty(np.broadcast_shapes(np.shape(acc), np.shape(bias)), np.int64)
+            np.add(acc, bias, out=x, casting="unsafe")
+        else:
+            x = np.asarray(acc, dtype=np.int64)
+        if self.left is not None:
+            x = x << self.left
+            x += 1 << 31
+            x &= 0xFFFFFFFF
+            x -= 1 << 31
+        if bias is not None and self.left is None and x.shape == np.broadcast_shapes(x.shape, np.shape(self.m)):
+            x *= self.m  # x is our own array
+        else:
+            x = x * self.m  # a new array: the input is never modified
+        x += 1 << 30
+        if self.any_neg:
+            n = x >> 63  # -1 where x*m + 2^30 < 0, else 0
+            n &= self.neg
+            x -= n
+        x += self.add_zp if (with_zp and self.fold_zp) else self.add_plain
+        x >>= self.total
+        if with_zp and not self.fold_zp:
+            x += self.zero_point
+        return x
 
     def scale(self, acc: np.ndarray) -> np.ndarray:
         """MultiplyByQuantizedMultiplier(acc, m, shift) as int64 (no zero point, no clamp)."""
-        x = np.asarray(acc, dtype=np.int64)
-        if self.left is not None:
-            x = (((x << self.left) + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-        y = x * self.m
-        y += 1 << 30
-        y >>= 31
-        if self.scalar_right is not None:
-            e = self.scalar_right
-            if e:
-                y += (1 << (e - 1))
-                y -= (y < (1 << (e - 1)))  # y was negative before adding the half
-                y >>= e
-            return y
-        y += self.half
-        y -= (y < self.half) * self.neg_fix
-        y >>= self.right
-        return y
+        return self._scaled(acc, with_zp=False)
 
-    def __call__(self, acc: np.ndarray) -> np.ndarray:
-        y = self.scale(acc)
-        y += self.zero_point
+    def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
+        """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
+        y = self._scaled(acc, with_zp=True, bias=bias)
         np.clip(y, self.qmin, self.qmax, out=y)
         return y.astype(self.dtype)

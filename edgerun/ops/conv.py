@@ -188,9 +188,7 @@ class Conv2D(Kernel):
             acc = np.concatenate([self._matmul(cols_g[:, :, i, :].reshape(m, -1), wm)
                                   for i, wm in enumerate(self.wmats)], axis=1)
         if self.quantized:
-            acc = acc.astype(np.int64)
-            acc += self.bias
-            return [self.requant(acc).reshape(self.out_shape)]
+            return [self.requant(acc, self.bias).reshape(self.out_shape)]
         acc += self.bias
         np.clip(acc, self.lo, self.hi, out=acc)
         return [acc.reshape(self.out_shape)]
@@ -198,10 +196,14 @@ class Conv2D(Kernel):
 
 @register("DEPTHWISE_CONV_2D", "float32", "int8")
 class DepthwiseConv2D(Kernel):
-    """DEPTHWISE_CONV_2D: a sum over the KH*KW filter taps of strided input slices times per-channel weights.
+    """DEPTHWISE_CONV_2D: a sum over the KH*KW filter taps of shifted input slices times per-channel weights.
 
     The depth multiplier is taken from the shapes (filter channels / input channels), as TFLite's
-    kernel does. float32 sums the taps in the reference's order (ky, kx), then adds the bias.
+    kernel does; the input's channels are repeated ``dm`` times so that every output channel
+    reads its own column. With strides the padded input is split once into stride phases, so
+    every tap reads whole contiguous rows of ``OW * C`` values (long numpy inner loops) against a
+    weight row tiled ``OW`` times. float32 sums the taps in the reference's order (ky, kx), then
+    adds the bias.
     """
 
     def prepare(self):
@@ -216,53 +218,64 @@ class DepthwiseConv2D(Kernel):
         self.dm = oc // c
         sh, sw, dh, dw = _strides(ctx, opts)
         oh, ow, pt, pb, pl, pr = _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw)
-        self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
         self.out_shape = (n, oh, ow, oc)
         self.quantized = ctx.input(0).dtype == "int8"
         wdata = ctx.const(1)
         if wdata is None:
             raise ctx.fail("filter must be a constant tensor")
         taps = kh * kw
+        pads = (pt, pb, pl, pr)
         if self.quantized:
             _, x_zp = qparams(ctx.input(0))
             wint = np.asarray(wdata, np.int64).reshape(taps, oc)
             maxw = max(1, int(np.abs(wint).max(initial=0)))
             # float32 accumulation stays exact while taps * 128 * max|w| <= 2^24
-            self.acc_dtype = np.float32 if taps <= exact_chunk(128, maxw) else np.float64
-            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), self.acc_dtype, x_zp)
+            dtype = np.float32 if taps <= exact_chunk(128, maxw) else np.float64
+            self.pad = _PaddedInput((n, h, w, oc), pads, dtype, x_zp)
             self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
         else:
-            self.acc_dtype = np.float32
-            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
+            dtype = np.float32
+            self.pad = _PaddedInput((n, h, w, oc), pads, dtype, 0.0)
             self.bias = _bias(ctx, 2, oc, np.float32)
             self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
-        wf = np.asarray(wdata, self.acc_dtype).reshape(kh, kw, oc)
-        self.w = wf if self.dm == 1 else wf.reshape(kh, kw, c, self.dm)
-        inner = (c,) if self.dm == 1 else (c, self.dm)
-        self.acc = np.empty((n, oh, ow) + inner, self.acc_dtype)
+        self.strides = (sh, sw)
+        hp, wp = h + pt + pb, w + pl + pr
+        wf = np.asarray(wdata, dtype).reshape(kh, kw, oc)
+        self.taps = []  # (stride phase, first row, first column, weights tiled over OW)
+        for ky in range(kh):
+            for kx in range(kw):
+                y0, x0 = ky * dh, kx * dw
+                self.taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, np.tile(wf[ky, kx], ow)))
+        self.planes = {}
+        if (sh, sw) != (1, 1):
+            for py, px in sorted({t[0] for t in self.taps}):
+                self.planes[(py, px)] = np.empty((n, len(range(py, hp, sh)), len(range(px, wp, sw)), oc), dtype)
+        self.acc = np.empty((n, oh, ow * oc), dtype)
         self.tmp = np.empty_like(self.acc)
         return [self.out_shape]
 
     def eval(self, inputs):
-        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
-        xp = self.pad(inputs[0])
+        x = inputs[0]
+        if self.dm != 1:
+            x = np.repeat(x, self.dm, axis=-1)
+        xp = self.pad(x)
+        sh, sw = self.strides
+        for (py, px), plane in self.planes.items():
+            np.copyto(plane, xp[:, py::sh, px::sw, :])
+        n, oh, ow, oc = self.out_shape
         acc, tmp = self.acc, self.tmp
-        first = True
-        for ky in range(kh):
-            for kx in range(kw):
-                xs = _tap(xp, ky, kx, sh, sw, dh, dw, oh, ow)
-                if self.dm != 1:
-                    xs = xs[..., None]
-                np.multiply(xs, self.w[ky, kx], out=acc if first else tmp)
-                if not first:
-                    acc += tmp
-                first = False
+        for i, (phase, y0, x0, wt) in enumerate(self.taps):
+            src = self.planes[phase] if self.planes else xp
+            xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(n, oh, ow * oc)
+            if i == 0:
+                np.multiply(xs, wt, out=acc)
+            else:
+                np.multiply(xs, wt, out=tmp)
+                acc += tmp
         flat = acc.reshape(self.out_shape)
         if self.quantized:
-            a = flat.astype(np.int64)
-            a += self.bias
-            return [self.requant(a)]
+            return [self.requant(flat, self.bias)]
         out = flat + self.bias
         np.clip(out, self.lo, self.hi, out=out)
         return [out]
@@ -349,9 +362,7 @@ class TransposeConv(Kernel):
         _, oh, ow, _ = self.out_shape
         out = buf[:, self.pt:self.pt + oh, self.pl:self.pl + ow, :]
         if self.quantized:
-            acc = out.astype(np.int64)
-            acc += self.bias
-            return [self.requant(acc)]
+            return [self.requant(out, self.bias)]
         out = out + self.bias
         np.clip(out, self.lo, self.hi, out=out)
         return [out]
