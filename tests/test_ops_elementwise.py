@@ -148,6 +148,29 @@ def test_binary_int8_every_input_pair(op, cfg):
     assert len(np.unique(got[0])) >= 20
 
 
+UINT8_CASES = [("ADD", (0.05, 120), (0.08, 135), (0.1, 128), NONE),
+               ("ADD", (0.2, 10), (0.15, 250), (0.05, 128), RELU),
+               ("SUB", (0.05, 128), (0.08, 100), (0.1, 140), NONE),
+               ("SUB", (0.2, 128), (0.15, 128), (0.05, 128), RELU6),
+               ("MUL", (0.05, 128), (0.04, 120), (0.2, 131), NONE),
+               ("MUL", (0.3, 128), (0.2, 128), (0.04, 128), RELU_N1),
+               ("DIV", (0.02, 133), (0.1, 125), (0.05, 128), NONE),
+               ("DIV", (0.05, 118), (0.2, 140), (0.5, 130), RELU),
+               ("MAXIMUM", (0.1, 128), (0.1, 128), (0.1, 128), None),
+               ("MINIMUM", (0.1, 0), (0.1, 0), (0.1, 0), None)]
+
+
+@pytest.mark.parametrize("op,q1,q2,qo,act", UINT8_CASES)
+def test_binary_uint8_every_input_pair(op, q1, q2, qo, act):
+    """uint8 (the older quantization scheme, still in many published models): every input pair."""
+    a = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    b = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    if op == "DIV":
+        b = b[b != q2[1]].reshape(1, 255)
+    got = compare_with_litert(_binary_model(op, "uint8", a.shape, b.shape, q1, q2, qo, act), [a, b])[0]
+    assert len(np.unique(got)) >= 20
+
+
 def test_div_int8_by_zero_point_raises():
     a = np.array([1, 2, 3, 4], np.int8)
     b = np.array([1, -3, 2, 5], np.int8)  # -3 is the divisor's zero point, i.e. a real 0

@@ -9,7 +9,8 @@ ops to the finite float range (``ActivationFunctionWithMinMax`` with ``lowest()`
 there is no activation, so an overflow gives +-FLT_MAX, not inf) and their NaN handling in
 MAXIMUM/MINIMUM (``a > b ? a : b``).
 
-int8 is the affine scheme ``real = s * (q - z)``. Each op's per-element arithmetic is written once,
+int8 (and uint8 for ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM) is the affine scheme
+``real = s * (q - z)``. Each op's per-element arithmetic is written once,
 vectorized over int64 arrays that hold int32 values (``_Int8*._compute``); because an int8 op is a
 function of at most two int8 values, ``prepare`` evaluates that definition on all 256 (unary) or
 256 x 256 (binary) inputs and ``eval`` is a table lookup. Per op (s1, s2, so = input and output
@@ -57,6 +58,7 @@ _FLT_MAX = float(np.finfo(np.float32).max)
 
 #: every int8 value, ordered by its uint8 bit pattern (the index of a lookup table)
 _INT8_BY_BITS = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int64)
+_BY_BITS = {"int8": _INT8_BY_BITS, "uint8": np.arange(256, dtype=np.int64)}
 
 _FUSED = ("ADD", "SUB", "MUL", "DIV")
 _FLOAT_ACT = {Activation.NONE: (-_FLT_MAX, _FLT_MAX), Activation.RELU: (0.0, _FLT_MAX),
@@ -154,24 +156,29 @@ class PlainBinary(Kernel):
 # --- binary ops: int8 ---------------------------------------------------------------------------
 
 class _Int8Binary(Kernel):
-    """int8 binary op: the per-element definition ``_compute`` tabulated over all input pairs."""
+    """8-bit binary op: the per-element definition ``_compute`` tabulated over all input pairs.
+
+    int8 always; uint8 (the older quantization scheme of many published models) for the ops where
+    LiteRT runs the same arithmetic on it.
+    """
 
     def prepare(self):
         ctx = self.ctx
         _check_binary_types(ctx)
+        dtype = ctx.input(0).dtype
+        qmin, qmax = QRANGE[dtype]
         self.s1, self.z1 = qparams(ctx.input(0))
         self.s2, self.z2 = qparams(ctx.input(1))
         self.so, self.zo = qparams(ctx.output(0))
         for z in (self.z1, self.z2, self.zo):
-            if not -128 <= z <= 127:
-                raise ctx.fail(f"zero point {z} is outside the int8 range")
+            if not qmin <= z <= qmax:
+                raise ctx.fail(f"zero point {z} is outside the {dtype} range")
         act = _activation(ctx)
-        self.lo, self.hi = quantized_activation_range(act, self.so, self.zo)
+        self.lo, self.hi = quantized_activation_range(act, self.so, self.zo, dtype)
         self._prepare_params()
-        a = _INT8_BY_BITS[:, None]
-        b = _INT8_BY_BITS[None, :]
-        table = np.clip(self._compute(a, b), self.lo, self.hi).astype(np.int8)
-        self.table = table.ravel()  # index: (bits of a) << 8 | (bits of b)
+        values = _BY_BITS[dtype]
+        table = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
+        self.table = table.astype(ctx.output(0).np_dtype).ravel()  # index: (bits of a) << 8 | bits of b
         return [broadcast_shape(ctx)]
 
     def _prepare_params(self) -> None:
@@ -198,8 +205,8 @@ def _rescale_to_common(s1: float, s2: float, left_shift: int):
     return twice_max, m1, m2
 
 
-@register("ADD", "int8")
-@register("SUB", "int8")
+@register("ADD", "int8", "uint8")
+@register("SUB", "int8", "uint8")
 class Int8AddSub(_Int8Binary):
     LEFT_SHIFT = 20
 
@@ -230,7 +237,7 @@ class Int8SquaredDifference(_Int8Binary):
         return _mbqm(d * d, *self.mo) + self.zo
 
 
-@register("MUL", "int8")
+@register("MUL", "int8", "uint8")
 class Int8Mul(_Int8Binary):
     def _prepare_params(self):
         self.m = quantize_multiplier(float(_F32(self.s1) * _F32(self.s2) / _F32(self.so)))
@@ -251,7 +258,7 @@ def _rounding_divide_by_pot_x86(x, exponent):
     return np.where(wide, (x >> (e & 31)) + (x >= 0), normal)
 
 
-@register("DIV", "int8")
+@register("DIV", "int8", "uint8")
 class Int8Div(_Int8Binary):
     def _prepare_params(self):
         self.m, self.shift = quantize_multiplier(float(_F32(self.s1) / (_F32(self.s2) * _F32(self.so))))
@@ -278,10 +285,10 @@ class Int8Div(_Int8Binary):
         return super().eval(inputs)
 
 
-@register("MAXIMUM", "int8")
-@register("MINIMUM", "int8")
+@register("MAXIMUM", "int8", "uint8")
+@register("MINIMUM", "int8", "uint8")
 class Int8MaxMin(Kernel):
-    """Compares the raw int8 values, as LiteRT does (inputs and output share one quantization)."""
+    """Compares the raw 8-bit values, as LiteRT does (inputs and output share one quantization)."""
 
     def prepare(self):
         _check_binary_types(self.ctx)
