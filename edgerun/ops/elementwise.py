@@ -21,7 +21,10 @@ scales, z = zero points, MBQM = MultiplyByQuantizedMultiplier, double rounding):
   ``out = MBQM(x1 +- x2, 2 max(s1, s2) / (2^20 so)) + zo``, clamped to the activation range;
 * MUL: ``out = MBQM((q1 - z1)(q2 - z2), s1 s2 / so) + zo`` (the real multiplier in float32);
 * DIV: ``(q1 - z1) / (q2 - z2)`` via gemmlowp's Newton-Raphson reciprocal of the divisor
-  (``GetReciprocal``) and a headroom shift, scaled by ``s1 / (s2 so)``; a zero divisor raises;
+  (``GetReciprocal``) and a headroom shift, scaled by ``s1 / (s2 so)``; a zero divisor raises.
+  For small dividends over large divisors the final rounding shift reaches 32 or more; LiteRT's
+  x86 build then shifts by that amount mod 32 and saturates instead of giving ~0. That is
+  reproduced (``_rounding_divide_by_pot_x86``), since bit-exactness is the contract;
 * SQUARED_DIFFERENCE: as SUB with a left shift of 7, squared, output multiplier
   ``(2 max(s1, s2))^2 / (2^14 so)``; no activation;
 * MAXIMUM/MINIMUM compare the raw int8 values (the quantization is taken to be shared);
