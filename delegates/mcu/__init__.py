@@ -20,6 +20,7 @@ import tempfile
 
 import numpy as np
 
+from edgerun.errors import EdgerunError
 from edgerun.delegate import Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps, Partition
 from edgerun_delegates import _rules as r
 
@@ -86,7 +87,11 @@ class TflmKernel(DelegateKernel):
         self.model_content = bytes(model_content)
         self.n_outputs = len(read_model(self.model_content).main.outputs)
         size = arena_size or max(64 * 1024, 16 * len(self.model_content))
-        self.interp = runtime.Interpreter.from_bytes(self.model_content, arena_size=size)
+        try:
+            self.interp = runtime.Interpreter.from_bytes(self.model_content, arena_size=size)
+        except RuntimeError as e:
+            raise EdgerunError(f"TFLM could not prepare the model in a {size}-byte arena: {e} "
+                               "(a larger arena_size=, or an op TFLM lacks)") from e
         report = _arena_report(self.interp)
         #: bytes of the tensor arena TFLM used (persistent + non-persistent)
         self.arena_bytes = report.get("total")
