@@ -233,6 +233,16 @@ def test_binary_int32(op, act):
     compare_with_litert(_binary_model(op, "int32", a.shape, b.shape, act=act), [a, b])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int32"])
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL", "MAXIMUM"])
+@pytest.mark.parametrize("s2", [(), (4,)])
+def test_binary_rank0(dtype, op, s2):
+    q = (0.1, 2) if dtype == "int8" else None
+    a = np.array(5, dtype=dtype)
+    b = np.arange(7, 7 + int(np.prod(s2)), dtype=dtype).reshape(s2)
+    compare_with_litert(_binary_model(op, dtype, (), s2, q, q, q, NONE if op in FUSED else None), [a, b])
+
+
 def test_incompatible_broadcast_raises():
     model = _binary_model("ADD", "float32", (2, 3), (2, 3), act=NONE)
     from edgerun.runtime.interpreter import Interpreter

@@ -150,7 +150,7 @@ class PlainBinary(Kernel):
     def eval(self, inputs):
         a, b = inputs
         with np.errstate(all="ignore"):
-            y = self.fn(a, b)
+            y = np.asarray(self.fn(a, b))  # rank-0 inputs give a numpy scalar
         if self.clamp is not None:
             y = np.clip(y, *self.clamp, out=y)  # NaN passes through, as std::min/std::max let it
         return [y]
