@@ -397,3 +397,30 @@ def test_small_cnn_int8_and_float():
     y_real = (y.astype(np.float32) - scales["fc"][1]) * scales["fc"][0]
     y_float = run_litert(fmodel, [xf])[0]
     assert np.abs(y_real - y_float).max() < 0.1 * np.abs(y_float).max()
+
+
+# --- what the kernels refuse, by name --------------------------------------------------------
+
+def test_hybrid_and_dynamic_shapes_are_refused():
+    from edgerun.errors import UnsupportedOpError
+    from edgerun.runtime.interpreter import Interpreter
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 2), "float32")
+    w = b.const("w", np.ones((3, 1, 1, 2), np.int8), "int8", (np.float32(0.1), 0))
+    bias = b.const("b", np.zeros(3, np.float32))
+    y = b.tensor("y", (1, 4, 4, 3), "float32")
+    b.op("CONV_2D", [x, w, bias], [y], padding=SAME, stride_h=1, stride_w=1)
+    b.output(y)
+    with pytest.raises(UnsupportedOpError, match="hybrid"):
+        Interpreter(model_content=b.to_bytes()).allocate_tensors()
+
+    b = ModelBuilder()
+    shape = b.input("shape", (4,), "int32")
+    w = b.const("w", np.ones((3, 2, 2, 2), np.float32))
+    x = b.input("x", (1, 2, 2, 2), "float32")
+    y = b.tensor("y", (1, 4, 4, 3), "float32")
+    b.op("TRANSPOSE_CONV", [shape, w, x], [y], padding=VALID, stride_h=2, stride_w=2)
+    b.output(y)
+    with pytest.raises(UnsupportedOpError, match="output_shape must be a constant"):
+        Interpreter(model_content=b.to_bytes()).allocate_tensors()

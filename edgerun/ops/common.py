@@ -197,3 +197,28 @@ class Requantizer:
         y = self._scaled(acc, with_zp=True, bias=bias)
         np.clip(y, self.qmin, self.qmax, out=y)
         return y.astype(self.dtype)
+
+
+def check_weighted_types(ctx, x_index: int, w_index: int, bias_index: int | None) -> bool:
+    """Check the dtypes of a conv / fully-connected node; return True when it is int8.
+
+    float32 needs float32 weights and bias (hybrid float-input / int8-weight kernels are not
+    implemented); int8 needs int8 weights, an int32 bias and an int8 output.
+    """
+    x, w, y = ctx.input(x_index), ctx.input(w_index), ctx.output(0)
+    b = ctx.input(bias_index) if bias_index is not None else None
+    if x.dtype == "float32":
+        if w.dtype != "float32":
+            raise ctx.fail(f"hybrid float32 input with {w.dtype} weights is not supported")
+        if b is not None and b.dtype != "float32":
+            raise ctx.fail(f"float32 op with a {b.dtype} bias")
+        if y.dtype != "float32":
+            raise ctx.fail(f"float32 input with a {y.dtype} output")
+        return False
+    if w.dtype != "int8":
+        raise ctx.fail(f"int8 input with {w.dtype} weights is not supported")
+    if b is not None and b.dtype != "int32":
+        raise ctx.fail(f"int8 op needs an int32 bias, got {b.dtype}")
+    if y.dtype != "int8":
+        raise ctx.fail(f"int8 input with a {y.dtype} output is not supported")
+    return True

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgerun.ops.common import (Requantizer, conv_output_size, conv_padding, exact_chunk, exact_int_matmul,
-                                float_activation_range, qparams, quantized_activation_range)
+from edgerun.ops.common import (Requantizer, check_weighted_types, conv_output_size, conv_padding, exact_chunk,
+                                exact_int_matmul, float_activation_range, qparams, quantized_activation_range)
 from edgerun.ops.fixedpoint import quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Padding
@@ -140,7 +140,7 @@ class Conv2D(Kernel):
         oh, ow, pt, pb, pl, pr = _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw)
         self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
         self.out_shape = (n, oh, ow, o)
-        self.quantized = ctx.input(0).dtype == "int8"
+        self.quantized = check_weighted_types(ctx, 0, 1, 2)
         wdata = ctx.const(1)
         if wdata is None:
             raise ctx.fail("filter must be a constant tensor")
@@ -219,7 +219,7 @@ class DepthwiseConv2D(Kernel):
         sh, sw, dh, dw = _strides(ctx, opts)
         oh, ow, pt, pb, pl, pr = _same_padding(ctx, opts, h, w, kh, kw, sh, sw, dh, dw)
         self.out_shape = (n, oh, ow, oc)
-        self.quantized = ctx.input(0).dtype == "int8"
+        self.quantized = check_weighted_types(ctx, 0, 1, 2)
         wdata = ctx.const(1)
         if wdata is None:
             raise ctx.fail("filter must be a constant tensor")
@@ -324,7 +324,7 @@ class TransposeConv(Kernel):
         # scatter buffer covers every out index in [-pad, (in-1)*stride - pad + k - 1] and the output
         self.buf_h = max((h - 1) * sh + kh, self.pt + oh)
         self.buf_w = max((w - 1) * sw + kw, self.pl + ow)
-        self.quantized = ctx.input(2).dtype == "int8"
+        self.quantized = check_weighted_types(ctx, 2, 1, 3)
         wdata = ctx.const(1)
         if wdata is None:
             raise ctx.fail("weights must be a constant tensor")

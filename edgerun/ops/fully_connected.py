@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.ops.common import (Requantizer, exact_chunk, exact_int_matmul, float_activation_range, qparams,
-                                quantized_activation_range, round_half_away)
+from edgerun.ops.common import (Requantizer, check_weighted_types, exact_chunk, exact_int_matmul,
+                                float_activation_range, qparams, quantized_activation_range, round_half_away)
 from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 
@@ -68,7 +68,7 @@ class FullyConnected(Kernel):
         else:
             out_shape = (size // k, units)
         self.out_shape = out_shape
-        self.quantized = ctx.input(0).dtype == "int8"
+        self.quantized = check_weighted_types(ctx, 0, 1, 2)
         act = opts.get("fused_activation_function", 0)
         w = ctx.const(1)
         if self.quantized:
@@ -163,9 +163,14 @@ class BatchMatMul(Kernel):
         self.k = kx
         self.out_shape = tuple(batch) + (rows, cols)
         self.quantized = ctx.input(0).dtype == "int8"
+        if ctx.input(1).dtype != ctx.input(0).dtype:
+            raise ctx.fail(f"{ctx.input(0).dtype} x {ctx.input(1).dtype} batch matmul (hybrid) is not supported")
         if self.quantized:
-            if ctx.input(1).dtype != "int8":
-                raise ctx.fail(f"int8 x {ctx.input(1).dtype} batch matmul is not supported")
+            for t in (ctx.input(0), ctx.input(1), ctx.output(0)):
+                if t.quant is not None and t.quant.per_axis:
+                    raise ctx.fail(f"tensor '{t.name}' has per-axis quantization; BATCH_MATMUL takes per-tensor")
+            if ctx.output(0).dtype not in ("int8", "int32"):
+                raise ctx.fail(f"int8 batch matmul with a {ctx.output(0).dtype} output is not supported")
             s_x, self.x_zp = qparams(ctx.input(0))
             s_y, self.y_zp = qparams(ctx.input(1))
             out = ctx.output(0)
