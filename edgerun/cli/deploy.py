@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import console, emit_json, progress
+from edgerun.cli._util import emit_json, progress
 from edgerun.errors import EdgerunError
 
 
@@ -48,13 +48,12 @@ def deploy_cli(
     if json_out:
         emit_json(report)
         return
-    c = console()
-    c.print(f"{report['host']}:{report.get('dir')}  current -> {report.get('current')}  "
+    typer.echo(f"{report['host']}:{report.get('dir')}  current -> {report.get('current')}  "
             f"previous -> {report.get('previous')}")
     if report.get("verified"):
-        c.print("golden vectors verified on the board")
+        typer.echo("golden vectors verified on the board")
     elif report.get("verify_skipped"):
-        c.print(f"golden vectors not run: {report['verify_skipped']}")
+        typer.echo(f"golden vectors not run: {report['verify_skipped']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import console, emit_json
+from edgerun.cli._util import emit_json
 from edgerun.errors import EdgerunError
 
 
@@ -38,7 +38,7 @@ def keygen_cli(
     if json_out:
         emit_json({"private_key": str(key), "public_key": str(pub), "fingerprint": fp})
     else:
-        console().print(f"wrote {key} (secret) and {pub}; key fingerprint {fp}")
+        typer.echo(f"wrote {key} (secret) and {pub}; key fingerprint {fp}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import console, emit_json, progress
+from edgerun.cli._util import emit_json, progress
 
 
 def package_cli(
@@ -50,7 +50,7 @@ def package_cli(
     if json_out:
         emit_json(info)
         return
-    console().print(f"wrote {path} ({info['size']} bytes, sha256 {info['sha256'][:16]}…, target "
+    typer.echo(f"wrote {path} ({info['size']} bytes, sha256 {info['sha256'][:16]}…, target "
                     f"{info['target']['spec']}, {info['golden_cases']} golden cases, "
                     f"{'signed by ' + info['key'] if info['signed'] else 'unsigned'})")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import console, emit_json
+from edgerun.cli._util import emit_json
 
 
 def verify_cli(
@@ -26,14 +26,13 @@ def verify_cli(
     if json_out:
         emit_json(report)
     else:
-        c = console()
         sig = f"signed by {report['key']}" + (" (trusted key)" if report["trusted"] else " (no --key given)") \
             if report["signed"] else "unsigned"
-        c.print(f"{bundle}: hashes ok, {sig}")
+        typer.echo(f"{bundle}: hashes ok, {sig}")
         if "golden" in report:
             g = report["golden"]
             for name, d in g["max_abs_diff"].items():
-                c.print(f"  golden {name}: max abs diff {d:g} (tolerance {g['tolerance'][name]:g}) over "
+                typer.echo(f"  golden {name}: max abs diff {d:g} (tolerance {g['tolerance'][name]:g}) over "
                         f"{g['cases']} cases on {', '.join(g['delegates'])}")
     if not report["ok"]:
         raise typer.Exit(1)
