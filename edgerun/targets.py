@@ -42,7 +42,7 @@ BOARDS: dict[str, Board] = {b.name: b for b in [
           ("tensorrt", "xnnpack")),
     # Microcontrollers. RAM/flash are what a model slot and its arena may use.
     Board("mps2-an386", "Arm MPS2+ AN386 (Cortex-M4F), emulated by QEMU", "mcu", "cortex-m4",
-          4 * MiB, 1 * MiB, ("mcu",), firmware_ram_bytes=64 * KiB,
+          4 * MiB, 1 * MiB, ("mcu",), firmware_ram_bytes=192 * KiB,  # firmware/port/mps2-an386/board.h
           extra={"uart_base": 0x40004000, "code_ram": (0x0, 4 * MiB), "sram": (0x20000000, 4 * MiB),
                  "qemu_machine": "mps2-an386"}),
     Board("stm32f746g-disco", "STM32F746G-DISCO (Cortex-M7, 320 KB SRAM, 1 MB flash)", "mcu", "cortex-m7",
