@@ -75,7 +75,7 @@ class EdgeTpuDelegate(Delegate):
         opts = {"device": self.config["device"]} if self.config.get("device") else {}
         try:
             return mod.load_delegate(self.library, opts)
-        except (ValueError, OSError, RuntimeError) as e:
+        except (ValueError, OSError, RuntimeError, AttributeError) as e:  # AttributeError: no plugin symbol
             first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise self.unavailable(f"LiteRT could not load {self.library}: {first}") from e
 

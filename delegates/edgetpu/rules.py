@@ -191,10 +191,19 @@ COMPILER_TABLE = CapabilityTable(
     node_constraints=(all_quantized_8bit, r.static_shapes, at_most_3_large_dims))
 
 
+def _input_quantize(ctx) -> bool:
+    """A QUANTIZE of a model input: the compiler leaves it on the CPU and maps what follows."""
+    return ctx.name == "QUANTIZE" and all(i in ctx.graph.inputs for i in ctx.op.inputs if i >= 0)
+
+
 def stop_at_first_unsupported(order: list[int], decisions: dict, ctxs: dict) -> dict:
-    """The compiler maps ops in order and stops at the first one it cannot map."""
+    """The compiler maps ops in order and stops at the first one it cannot map.
+
+    Exempt: a QUANTIZE of a model input (float-input models keep it on the CPU) and nodes already
+    compiled (``edgetpu-custom-op``).
+    """
     out = dict(decisions)
-    first = next((n for n in order if not decisions[n].ok
+    first = next((n for n in order if not decisions[n].ok and not _input_quantize(ctxs[n])
                   and not decisions[n].reason.startswith("taken by")), None)
     if first is None:
         return out
@@ -203,7 +212,7 @@ def stop_at_first_unsupported(order: list[int], decisions: dict, ctxs: dict) -> 
         if n == first:
             seen = True
             continue
-        if seen and out[n].ok:
+        if seen and out[n].ok and out[n].reason != "already compiled for the Edge TPU":
             out[n] = Support.no(f"after node {first} ({ctxs[first].name}), which the Edge TPU compiler "
                                 "cannot map: compilation stops at the first unsupported op and the rest "
                                 "runs on the CPU")
