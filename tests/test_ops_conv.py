@@ -259,6 +259,8 @@ DW_CASES = {
     "dm2_valid": dict(x_shape=(1, 8, 9, 3), dm=2, kh=3, kw=2, padding=VALID),
     "dm3_s2_same": dict(x_shape=(1, 7, 7, 2), dm=3, kh=3, kw=3, stride=(2, 1)),
     "dilated": dict(x_shape=(1, 11, 10, 4), dm=1, kh=3, kw=3, dilation=(2, 3)),
+    "dilated_s2_dm2": dict(x_shape=(1, 13, 12, 3), dm=2, kh=3, kw=3, stride=(2, 2), dilation=(2, 2)),
+    "even_kernel_s3": dict(x_shape=(2, 10, 11, 3), dm=1, kh=4, kw=2, stride=(3, 2)),
     "5x5_no_bias": dict(x_shape=(1, 9, 9, 4), dm=1, kh=5, kw=5, bias=False),
     "1x1": dict(x_shape=(1, 4, 5, 7), dm=2, kh=1, kw=1),
 }
@@ -286,8 +288,13 @@ def test_depthwise_fused_activation(act, dtype):
 
 
 def test_depthwise_int8_long_filter_uses_float64():
-    # 11x11 taps with x_zp folded: still exact, and the odd big kernel exercises the tap loop
-    dw_spec((1, 12, 12, 3), 1, 11, 11, seed=8).run_int8(x_zp=-128, x_scale=0.01)
+    # 33x33 = 1089 taps > 2^24 / (128*127): the tap sums switch to float64 and must stay exact
+    dw_spec((1, 36, 35, 2), 1, 33, 33, padding=VALID, seed=8).run_int8(x_zp=-128, x_scale=0.01)
+
+
+def test_transpose_conv_int8_long_sums_use_float64():
+    # 64 channels x 9 taps with |x - zp| up to 255: 576 terms > 2^24 / (255*127), so float64
+    tconv_spec((1, 3, 4, 64), 5, 3, 3, out_hw=(3, 4), seed=10).run_int8(x_zp=-128, x_scale=0.01)
 
 
 # --- TRANSPOSE_CONV ------------------------------------------------------------------------
