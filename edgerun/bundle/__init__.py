@@ -33,9 +33,17 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerun.bundle import archive, golden as _golden, manifest as _manifest, signing
-from edgerun.errors import (BundleError, BundleIntegrityError, DelegateUnavailableError, EdgerunError,
-                            InputMismatchError, ModelFormatError)
+from edgerun.bundle import archive, signing
+from edgerun.bundle import golden as _golden
+from edgerun.bundle import manifest as _manifest
+from edgerun.errors import (
+    BundleError,
+    BundleIntegrityError,
+    DelegateUnavailableError,
+    EdgerunError,
+    InputMismatchError,
+    ModelFormatError,
+)
 
 MANIFEST = "manifest.json"
 MODEL = "model.tflite"
@@ -43,8 +51,19 @@ SIGNATURE = "signature.ed25519"
 #: environment variable naming a trusted public key file; when set, unsigned bundles are refused
 TRUSTED_KEY_ENV = "EDGERUN_TRUSTED_KEY"
 
-__all__ = ["Bundle", "BundleModel", "Prediction", "write_bundle", "read_bundle", "load", "describe",
-           "verify_bundle", "hash_calibration", "BundleError", "BundleIntegrityError"]
+__all__ = [
+    "Bundle",
+    "BundleError",
+    "BundleIntegrityError",
+    "BundleModel",
+    "Prediction",
+    "describe",
+    "hash_calibration",
+    "load",
+    "read_bundle",
+    "verify_bundle",
+    "write_bundle",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,7 +180,8 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
         preprocessing: a preprocessing spec (``edgerun.preprocess``) for the first input, or
             ``{input_name: spec}``; by default the model's ``edgerun.preprocessing`` metadata.
         report: the converter's report (dict, object with ``to_dict()``, or a JSON file).
-        calib_hash: SHA-256 hex of the calibration data (see :func:`hash_calibration`).
+        calib_hash: SHA-256 hex of the calibration data (see :func:`hash_calibration`); by
+            default the report's ``calibration.sha256`` when it has one.
         golden_inputs: a list of cases, each an input array, a list of arrays, a dict by input
             name, or an image (path / PIL) for image inputs; default: 3 pseudo-random cases
             seeded by the model hash. ``[]`` stores no golden vectors.
@@ -188,6 +208,9 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     inputs = _io_entries(ir, ir.main.inputs, taken)
     outputs = _io_entries(ir, ir.main.outputs, set())
     _preprocessing_for(inputs, preprocessing, ir)
+    report = _read_report(report)
+    if calib_hash is None and isinstance(report, dict) and isinstance(report.get("calibration"), dict):
+        calib_hash = report["calibration"].get("sha256")  # the converter's fingerprint of its data, if any
     if calib_hash is not None and not (isinstance(calib_hash, str) and len(calib_hash) == 64
                                        and all(c in "0123456789abcdef" for c in calib_hash)):
         raise BundleError(f"calib_hash must be a lower-case SHA-256 hex digest, got {calib_hash!r}")
@@ -224,7 +247,7 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
         "target": {"spec": str(tgt), "name": tgt.name, "board": tgt.board.name if tgt.board else None},
         "delegates": list(tgt.delegates),
         "arena_bytes": int(interp.arena_bytes),
-        "conversion_report": _read_report(report),
+        "conversion_report": report,
         "calibration_sha256": calib_hash,
         "golden": golden_entry,
     }
@@ -347,12 +370,23 @@ def describe(path, *, trusted_key=None) -> dict:
     b = read_bundle(path, trusted_key=trusted_key)
     m = b.manifest
     labels = m["labels"]
+    model_info = dict(m["model"])
+    try:  # the model's own summary (ops, tensors, weights), as `edgerun inspect MODEL` shows it
+        from edgerun.schema.reader import read_model
+        from edgerun.summary import describe_model
+
+        model_info.update(describe_model(read_model(b.model), with_arena=False))
+        model_info["arena_bytes"] = m["arena_bytes"]
+    except ImportError:
+        pass
+    except ModelFormatError as e:
+        model_info["error"] = str(e)
     return {
         "bundle": str(path) if not isinstance(path, (bytes, bytearray, memoryview)) else None,
         "size": b.size, "sha256": b.sha256,
         "format_version": m["format_version"], "edgerun_version": m["edgerun_version"],
         "signed": b.signed, "key": b.key_fingerprint, "trusted": trusted_key is not None,
-        "model": dict(m["model"]),
+        "model": model_info,
         "members": [dict(e) for e in m["members"]],
         "inputs": m["inputs"], "outputs": m["outputs"],
         "labels": {"count": len(labels), "first": labels[:5]} if labels is not None else None,
