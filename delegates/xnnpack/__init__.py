@@ -10,7 +10,7 @@ partitions to what XNNPACK accelerates.
 
 from __future__ import annotations
 
-from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition
+from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition, Support
 from edgerun_delegates import _rules as r
 
 F = frozenset({"float32"})
@@ -48,7 +48,9 @@ OPS = {
 class XnnpackDelegate(Delegate):
     """Runs each partition as a sub-model in LiteRT with XNNPACK.
 
-    Config: ``num_threads`` (LiteRT's thread count).
+    Config: ``num_threads`` (LiteRT's thread count); ``litert_ops=True`` also takes builtin ops
+    outside XNNPACK's table (LiteRT's own kernels run them inside the same partition), so a
+    model LiteRT can run whole becomes one partition with no edgerun step between.
     """
 
     name = "xnnpack"
@@ -63,6 +65,20 @@ class XnnpackDelegate(Delegate):
         except Exception as e:  # DelegateUnavailableError or a broken install
             return Availability(False, str(e))
         return Availability(True, f"LiteRT ({mod.__name__}) with its built-in XNNPACK delegate")
+
+    def supports(self, node, graph=None, op_index=None) -> Support:
+        s = super().supports(node, graph, op_index)
+        if s.ok or not self.config.get("litert_ops"):
+            return s
+        ctx = node if graph is None else None
+        if ctx is None:
+            from edgerun.delegate import node_context
+            ctx = node_context(node, graph, op_index)
+        code = ctx.model.op_code(ctx.op)
+        if code.builtin in ("CUSTOM", "WHILE", "IF", "CALL_ONCE", "DELEGATE"):
+            return s
+        why = r.static_shapes(ctx)
+        return Support.no(why) if why else Support.yes(f"LiteRT builtin kernel ({s.reason})")
 
     def prepare(self, partition: Partition):
         from edgerun_delegates._tflite_kernel import LiteRtKernel
