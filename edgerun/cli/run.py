@@ -127,6 +127,8 @@ def _run_bundle(path: Path, inputs: list[Path], verify: bool, delegates: list[st
             raise EdgerunError("bundles take one input file here")
         out = bm.predict(str(inputs[0])) if inputs else bm.predict(None)
         report["outputs"] = out
+        if getattr(out, "labels", None) is not None:  # edgerun.bundle.Prediction: best labels
+            report["top_k"] = [{"label": lab, "score": sc} for lab, sc in out.top_k(k)]
     return report
 
 
@@ -147,6 +149,8 @@ def _print(report: dict) -> None:
         c.print("[bold]profile[/bold]")
         for p in report["profile"]:
             c.print(f"  {p['op']:<24} {p['ms']:9.3f} ms  {100 * p['share']:5.1f}%")
+    for r in report.get("top_k", []):
+        c.print(f"  {r['label']:<24} {r['score']:.5f}")
     if "verify" in report:
         c.print(f"verify: {report['verify']}")
     for p in report.get("partitions", []):
