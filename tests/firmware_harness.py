@@ -65,7 +65,7 @@ class Firmware:
         while time.monotonic() < deadline:  # wait for "ready"
             line = self.proc.stderr.readline()
             self.log += line
-            if b"ready" in line or not line:
+            if b"ready" in line or b"listening" in line or not line:
                 break
         threading.Thread(target=self._drain, daemon=True).start()
         return self
@@ -211,3 +211,20 @@ class Rig:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def tcp_firmware(tmp: Path) -> tuple[Firmware, str]:
+    """The posix firmware serving one TCP connection at a time; returns (firmware, pyserial URL)."""
+    port = free_port()
+    fw = Firmware(Path(tmp) / "flash.bin", tcp=port).start()
+    return fw, f"socket://127.0.0.1:{port}"

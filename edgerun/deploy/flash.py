@@ -89,14 +89,17 @@ def model_bytes(bundle_or_model) -> tuple[bytes, object | None]:
     return bytes(bundle.model), bundle
 
 
-def _open(port, baud, link):
+def _open(port, baud, link, link_options=None):
     if link is not None:
         return link, False
-    return SerialLink(port, baud), True
+    return SerialLink(port, baud, **(link_options or {})), True
 
 
-def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult, progress, force: bool) -> None:
+def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult, progress, force: bool,
+              max_payload: int | None) -> None:
     hello = link.hello()
+    if max_payload:
+        link.max_payload = max(P.MIN_PAYLOAD, min(link.max_payload, max_payload))
     result.board = hello.board
     if len(data) > hello.slot_bytes:
         raise DeployError(f"model is {len(data)} bytes; a slot on {hello.board} holds {hello.slot_bytes} "
@@ -142,37 +145,45 @@ def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult,
 
 
 def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *, force: bool = False,
-          link: SerialLink | None = None) -> FlashResult:
+          link: SerialLink | None = None, max_payload: int | None = None,
+          link_options: dict | None = None) -> FlashResult:
     """Flash a bundle (or a .tflite) to the firmware on ``port``; returns a :class:`FlashResult`.
 
     ``progress(done, total)`` is called with the bytes the device has acknowledged.
+    ``max_payload`` caps the frame size below what the device offers (noisy links);
+    ``link_options`` go to :class:`SerialLink` (``retries``, ``ack_timeout``).
     """
     data, _ = model_bytes(bundle_or_model)
     digest = hashlib.sha256(data).digest()
     result = FlashResult(port=port, board="", slot=-1, size=len(data), sha256=digest.hex())
     t0 = time.monotonic()
     own_link = link is None
-    lk, _ = _open(port, baud, link)
+    lk = link
     stats = []
     try:
         while True:
             try:
-                _transfer(lk, data, digest, result, progress, force)
+                if lk is None:
+                    lk = SerialLink(port, baud, **(link_options or {}))
+                _transfer(lk, data, digest, result, progress, force, max_payload)
                 break
             except DeviceError:
                 raise
             except LinkError:
+                # the link dropped (or never opened): reopen and resume from what the device holds
                 if not own_link or result.reconnects >= RECONNECTS:
                     raise
-                stats.append(lk.stats)
-                lk.close()
+                if lk is not None:
+                    stats.append(lk.stats)
+                    lk.close()
+                    lk = None
                 result.reconnects += 1
                 time.sleep(RECONNECT_DELAY_S)
-                lk = SerialLink(port, baud)
     finally:
-        stats.append(lk.stats)
-        if own_link:
-            lk.close()
+        if lk is not None:
+            stats.append(lk.stats)
+            if own_link:
+                lk.close()
     result.wire_bytes = sum(s.bytes_sent + s.bytes_received for s in stats)
     result.payload_bytes = sum(s.payload_sent for s in stats)
     result.retransmissions = sum(s.retransmissions for s in stats)
@@ -299,3 +310,53 @@ def verify_on_device(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, *, fl
     finally:
         if own:
             lk.close()
+
+
+def rollback(port: str, baud: int = DEFAULT_BAUD, *, link: SerialLink | None = None) -> dict:
+    """Switch the device back to the model in its other slot (it must still be verified there)."""
+    lk, own = _open(port, baud, link)
+    try:
+        lk.hello()
+        slot, arena = P.ACTIVE_REPLY.unpack_from(lk.request(P.CMD_ROLLBACK))
+        return {"port": port, "slot": slot, "arena_bytes": arena}
+    finally:
+        if own:
+            lk.close()
+
+
+def probe_device(port: str, baud: int = DEFAULT_BAUD, timeout: float = 0.5) -> dict:
+    """HELLO + STATUS (+ MODEL_INFO) on one port; raises LinkError when nothing answers."""
+    with SerialLink(port, baud, retries=2, ack_timeout=timeout) as lk:
+        info = lk.hello().to_dict()
+        st = lk.status()
+        info["status"] = st.to_dict()
+        info["active_model"] = st.slots[st.active_slot].sha256 if st.active_slot is not None else None
+        if st.active_slot is not None:
+            try:
+                m = model_info(lk)
+                info["model"] = {"inputs": [t.__dict__ for t in m.inputs], "outputs": [t.__dict__ for t in m.outputs],
+                                 "arena_bytes": m.arena_bytes}
+            except DeviceError as e:
+                info["model_error"] = e.device_message
+        return info
+
+
+def list_devices(probe: bool = False, extra_ports: list[str] | None = None, baud: int = DEFAULT_BAUD,
+                 timeout: float = 0.5) -> list[dict]:
+    """Serial ports on this machine (pyserial's list_ports), optionally probed for edgerun firmware."""
+    try:
+        from serial.tools import list_ports
+    except ImportError as e:  # pragma: no cover
+        raise LinkError("listing devices needs pyserial: pip install pyserial") from e
+    found = [{"port": p.device, "description": p.description if p.description != "n/a" else "",
+              "hwid": p.hwid if p.hwid != "n/a" else ""} for p in sorted(list_ports.comports(), key=lambda p: p.device)]
+    known = {d["port"] for d in found}
+    found += [{"port": p, "description": "", "hwid": ""} for p in (extra_ports or []) if p not in known]
+    if probe:
+        for d in found:
+            try:
+                d["firmware"] = probe_device(d["port"], baud, timeout)
+            except LinkError as e:
+                d["firmware"] = None
+                d["error"] = str(e)
+    return found
