@@ -215,3 +215,66 @@ def test_float_model_nchw_and_errors(tmp_path):
         validate_spec({"channel_order": "CMYK"})
     with pytest.raises(BundleError):
         load(tmp_path / "missing.bundle")
+
+
+def test_device_side_needs_no_heavy_packages(tmp_path):
+    """load + predict + verify of a signed bundle with cryptography, Pillow, typer, LiteRT and ONNX
+    unimportable: the pure-Python Ed25519 verifier checks the signature."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from edgerun.bundle import signing
+
+    priv, pub = signing.generate_keypair()
+    (tmp_path / "k.key").write_bytes(priv)
+    (tmp_path / "k.pub").write_bytes(pub)
+    p = write_bundle(classifier(2), tmp_path / "s.bundle", target="rpi", labels=LABELS, sign_key=tmp_path / "k.key",
+                     preprocessing=SPEC)
+    np.save(tmp_path / "img.npy", np.random.default_rng(0).integers(0, 256, (H, W, 3)).astype(np.uint8))
+    bad = bytearray(p.read_bytes())
+    bad[-5] ^= 1
+    (tmp_path / "bad.bundle").write_bytes(bytes(bad))
+    script = f"""
+import sys
+BLOCK = ("cryptography", "PIL", "typer", "rich", "ai_edge_litert", "tflite_runtime", "onnx", "onnxruntime")
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Blocker())
+import edgerun
+from edgerun.errors import BundleError
+m = edgerun.load({str(p)!r}, trusted_key={str(tmp_path / 'k.pub')!r})
+assert m.bundle.signed and m.delegates == [], (m.delegates, m.skipped)
+pred = m.predict({str(tmp_path / 'img.npy')!r})
+assert len(pred.top_k(2)) == 2
+assert m.verify()["ok"]
+try:
+    edgerun.load({str(tmp_path / 'bad.bundle')!r})
+except BundleError as e:
+    print("refused:", e)
+else:
+    raise SystemExit("tampered bundle accepted")
+loaded = sorted(k for k in sys.modules if k.split(".")[0] in BLOCK)
+assert not loaded, loaded
+print("ok")
+"""
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=repo, timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "refused:" in r.stdout and r.stdout.strip().endswith("ok")
+
+
+def test_signing_without_cryptography_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    from edgerun.bundle import signing
+
+    priv, _ = signing.generate_keypair()
+    (tmp_path / "k.key").write_bytes(priv)
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.asymmetric", None)
+    with pytest.raises(BundleError, match=r"pip install 'edgerun\[sign\]'"):
+        write_bundle(classifier(), tmp_path / "x.bundle", sign_key=tmp_path / "k.key")
