@@ -142,3 +142,65 @@ def test_load_path_through_litert_api(tmp_path):
         d = get_delegate("edgetpu", library=libm)
         with pytest.raises(DelegateUnavailableError, match="LiteRT could not load"):
             d.load()
+
+
+FAKE_PLUGIN = r"""
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+/* TfLiteDelegate's layout (tensorflow/lite/core/c/common.h); Prepare claims no node. */
+typedef struct D { void* data_; int (*Prepare)(void*, struct D*); void* a; void* b; void* c;
+                   int64_t flags; void* o; } D;
+static int prepare(void* ctx, D* d) { (void)ctx; (void)d; return 0; }
+static char last_device[64];
+static int created;
+D* tflite_plugin_create_delegate(char** keys, char** values, size_t n, void (*err)(const char*)) {
+  (void)err; D* d = calloc(1, sizeof(D)); d->Prepare = prepare;
+  for (size_t i = 0; i < n; i++) if (!strcmp(keys[i], "device")) strncpy(last_device, values[i], 63);
+  created++; return d;
+}
+void tflite_plugin_destroy_delegate(D* d) { free(d); }
+const char* fake_last_device(void) { return last_device; }
+int fake_created(void) { return created; }
+"""
+
+
+def test_external_delegate_plugin_loads_and_compiled_op_needs_the_tpu(tmp_path):
+    """A real external-delegate plugin (built here, claiming no node) goes through LiteRT's
+    load_delegate; the compiled op then cannot run without an Edge TPU: one clear error."""
+    import shutil
+    import subprocess
+
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE_PLUGIN)
+    lib = tmp_path / "libfake_edgetpu.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], check=True)
+    handle = ctypes.CDLL(str(lib))
+    handle.fake_last_device.restype = ctypes.c_char_p
+    d = get_delegate("edgetpu", library=str(lib), device="usb:0")
+    assert d.is_available().ok
+    assert d.load() is not None
+    assert handle.fake_created() == 1 and handle.fake_last_device() == b"usb:0"
+    it = Interpreter(model_content=_compiled_model(), delegates=[d])
+    with pytest.raises(DelegateUnavailableError, match="could not run edgetpu-custom-op"):
+        it.allocate_tensors()
+    assert handle.fake_created() == 2  # prepare() loaded it through LiteRT again
+    # the same plugin on a partition LiteRT can run itself: the run-time path end to end
+    from edgerun.delegate import CapabilityTable, OpCaps
+    from edgerun_delegates.edgetpu import CUSTOM_OP, RUNTIME_OPS, EdgeTpuDelegate
+
+    class ReluToo(EdgeTpuDelegate):
+        capabilities = CapabilityTable("edgetpu", {**RUNTIME_OPS, "RELU": OpCaps(frozenset({"int8"}))},
+                                       custom=(CUSTOM_OP,))
+
+    q = Q(80)
+    m = q.done(q.unary(q.input((1, 5, 5, 3)), "RELU", 0.03, -128))
+    it = Interpreter(model_content=m, delegates=[ReluToo(library=str(lib))])
+    it.allocate_tensors()
+    assert [p.ops for p in it.partitions] == [["RELU"]] and handle.fake_created() == 3
+    from edgerun.testing import random_inputs, run_edgerun
+    xs = random_inputs(it.get_input_details(), 0)
+    assert np.array_equal(it.predict(*xs)[0], run_edgerun(m, xs)[0])

@@ -101,3 +101,12 @@ def test_num_threads_and_profile_key():
     it.set_profiling(True)
     it.predict(*random_inputs(it.get_input_details(), 0))
     assert "xnnpack:0" in it.profile and "SOFTMAX" in it.profile
+
+
+def test_litert_ops_takes_the_whole_model():
+    m = small_cnn(seed=3)
+    it = Interpreter(model_content=m, delegates=[get_delegate("xnnpack", litert_ops=True)])
+    it.allocate_tensors()
+    assert [len(p.nodes) for p in it.partitions] == [9]
+    xs = random_inputs(it.get_input_details(), 0)
+    assert_close(it.predict(*xs), run_edgerun(m, xs), max_lsb=1)

@@ -83,7 +83,14 @@ class EdgeTpuDelegate(Delegate):
         from edgerun_delegates._tflite_kernel import LiteRtKernel
 
         dlg = self.load()
-        return LiteRtKernel(partition.to_bytes(), xnnpack=False, delegates=[dlg])
+        try:
+            return LiteRtKernel(partition.to_bytes(), xnnpack=False, delegates=[dlg])
+        except (ValueError, RuntimeError) as e:
+            last = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise self.unavailable(
+                f"{self.library} loaded, but LiteRT could not run {CUSTOM_OP} with it ({last}); check "
+                "that an Edge TPU is connected and that the runtime is as new as the compiler that "
+                "built the model") from e
 
     # -- compiler rules (edgerun check) --------------------------------------------------------
     def check_node(self, ctx) -> Support:
