@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from edgerun.schema.tflite import Activation, Padding
@@ -85,17 +87,18 @@ def exact_chunk(bound_a: float, bound_b: float) -> int:
     return max(1, int(FLOAT32_EXACT // max(1.0, float(bound_a) * float(bound_b))))
 
 
-def exact_int_matmul(a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
+def exact_int_matmul(a: np.ndarray, b: np.ndarray, chunk: int, out: np.ndarray | None = None) -> np.ndarray:
     """``a @ b`` for integer-valued float32 matrices, exactly.
 
     ``chunk`` comes from :func:`exact_chunk`. When the reduction length K fits in one chunk the
     float32 product is returned as is (every value an exact integer); longer reductions are split
     into chunks whose exact float32 partial products are summed in float64 (exact below 2^53).
-    ``a`` is (..., K) and ``b`` is (K, N) or broadcastable (..., K, N).
+    ``a`` is (..., K) and ``b`` is (K, N) or broadcastable (..., K, N); ``out`` (float32, the
+    product's shape) is used when one chunk suffices.
     """
     k = a.shape[-1]
     if k <= chunk:
-        return np.matmul(a, b)
+        return np.matmul(a, b, out=out)
     acc = None
     for k0 in range(0, k, chunk):
         part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.float64)
@@ -162,24 +165,21 @@ class Requantizer:
         self.any_neg = bool(np.any(self.neg))
 
     def _scaled(self, acc: np.ndarray, with_zp: bool, bias=None) -> np.ndarray:
+        """The scaled accumulators in a scratch int64 array (valid until the next requantization)."""
+        shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m), np.shape(bias) if bias is not None else ())
+        x = scratch("requant.x", shape, np.int64)
+        np.copyto(x, acc, casting="unsafe")  # integer-valued float accumulators convert exactly
         if bias is not None:
-            # one pass: (float or int) accumulator + int64 bias, cast to int64 (exact for integers < 2^53)
-            x = np.empty(np.broadcast_shapes(np.shape(acc), np.shape(bias)), np.int64)
-            np.add(acc, bias, out=x, casting="unsafe")
-        else:
-            x = np.asarray(acc, dtype=np.int64)
+            x += bias
         if self.left is not None:
-            x = x << self.left
+            x <<= self.left
             x += 1 << 31
             x &= 0xFFFFFFFF
             x -= 1 << 31
-        if bias is not None and self.left is None and x.shape == np.broadcast_shapes(x.shape, np.shape(self.m)):
-            x *= self.m  # x is our own array
-        else:
-            x = x * self.m  # a new array: the input is never modified
+        x *= self.m
         x += 1 << 30
         if self.any_neg:
-            n = x >> 63  # -1 where x*m + 2^30 < 0, else 0
+            n = np.right_shift(x, 63, out=scratch("requant.n", shape, np.int64))  # -1 where x*m + 2^30 < 0
             n &= self.neg
             x -= n
         x += self.add_zp if (with_zp and self.fold_zp) else self.add_plain
@@ -190,13 +190,35 @@ class Requantizer:
 
     def scale(self, acc: np.ndarray) -> np.ndarray:
         """MultiplyByQuantizedMultiplier(acc, m, shift) as int64 (no zero point, no clamp)."""
-        return self._scaled(acc, with_zp=False)
+        return self._scaled(acc, with_zp=False).copy()
 
     def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
         """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
         y = self._scaled(acc, with_zp=True, bias=bias)
         np.clip(y, self.qmin, self.qmax, out=y)
         return y.astype(self.dtype)
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(key: str, shape, dtype) -> np.ndarray:
+    """A reusable, uninitialized work array for kernels (one buffer per key and thread, grown as needed).
+
+    Kernels run one at a time per interpreter thread, so a buffer may be reused by the next
+    kernel: use it only for temporaries inside one ``eval``, never for returned outputs. Reusing
+    the memory avoids a fresh multi-megabyte allocation (and its page faults) per node.
+    """
+    pool = getattr(_SCRATCH, "pool", None)
+    if pool is None:
+        pool = _SCRATCH.pool = {}
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = pool.get(key)
+    if buf is None or buf.nbytes < nbytes:
+        buf = pool[key] = np.empty(max(nbytes, 64) + 64, np.uint8)
+    off = (-buf.ctypes.data) % 64  # cache-line aligned view
+    return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 
 def check_weighted_types(ctx, x_index: int, w_index: int, bias_index: int | None) -> bool:

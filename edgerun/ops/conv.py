@@ -30,7 +30,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from edgerun.ops.common import (Requantizer, check_weighted_types, conv_output_size, conv_padding, exact_chunk,
-                                exact_int_matmul, float_activation_range, qparams, quantized_activation_range)
+                                exact_int_matmul, float_activation_range, qparams, quantized_activation_range,
+                                scratch)
 from edgerun.ops.fixedpoint import quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Padding
@@ -160,11 +161,10 @@ class Conv2D(Kernel):
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)
             self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
-        self.cols = None
         return [self.out_shape]
 
-    def _matmul(self, a, wm):
-        return exact_int_matmul(a, wm, self.chunk) if self.quantized else np.matmul(a, wm)
+    def _matmul(self, a, wm, out=None):
+        return exact_int_matmul(a, wm, self.chunk, out) if self.quantized else np.matmul(a, wm, out=out)
 
     def eval(self, inputs):
         x = inputs[0]
@@ -175,12 +175,13 @@ class Conv2D(Kernel):
         if self.pointwise:
             cols = xp.reshape(m, -1)
         else:
-            if self.cols is None:
-                self.cols = np.empty((n, oh, ow, kh, kw, xp.shape[3]), np.float32)
-            np.copyto(self.cols, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
-            cols = self.cols.reshape(m, -1)
+            buf = scratch("conv.cols", (n, oh, ow, kh, kw, xp.shape[3]), np.float32)
+            np.copyto(buf, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
+            cols = buf.reshape(m, -1)
         if self.groups == 1:
-            acc = self._matmul(cols, self.wmats[0])
+            # int8: the float32 product is a temporary (requantized below); float32: it is the output
+            out = scratch("conv.acc", (m, o), np.float32) if self.quantized else None
+            acc = self._matmul(cols, self.wmats[0], out)
         else:
             c = xp.shape[3]
             ci = c // self.groups
@@ -251,8 +252,7 @@ class DepthwiseConv2D(Kernel):
         if (sh, sw) != (1, 1):
             for py, px in sorted({t[0] for t in self.taps}):
                 self.planes[(py, px)] = np.empty((n, len(range(py, hp, sh)), len(range(px, wp, sw)), oc), dtype)
-        self.acc = np.empty((n, oh, ow * oc), dtype)
-        self.tmp = np.empty_like(self.acc)
+        self.acc_dtype = dtype
         return [self.out_shape]
 
     def eval(self, inputs):
@@ -264,7 +264,10 @@ class DepthwiseConv2D(Kernel):
         for (py, px), plane in self.planes.items():
             np.copyto(plane, xp[:, py::sh, px::sw, :])
         n, oh, ow, oc = self.out_shape
-        acc, tmp = self.acc, self.tmp
+        shape = (n, oh, ow * oc)
+        # float32 output: the sum is returned, so it gets its own array; int8: a temporary
+        acc = scratch("dw.acc", shape, self.acc_dtype) if self.quantized else np.empty(shape, self.acc_dtype)
+        tmp = scratch("dw.tmp", shape, self.acc_dtype)
         for i, (phase, y0, x0, wt) in enumerate(self.taps):
             src = self.planes[phase] if self.planes else xp
             xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(n, oh, ow * oc)
@@ -276,9 +279,9 @@ class DepthwiseConv2D(Kernel):
         flat = acc.reshape(self.out_shape)
         if self.quantized:
             return [self.requant(flat, self.bias)]
-        out = flat + self.bias
-        np.clip(out, self.lo, self.hi, out=out)
-        return [out]
+        flat += self.bias
+        np.clip(flat, self.lo, self.hi, out=flat)
+        return [flat]
 
 
 def _transpose_conv_key(ctx) -> str:
