@@ -241,7 +241,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     t1 = time.perf_counter()
     observers, cached = cal.collect(float_bytes, source, calib_idx, batch_size=batch_size, progress=progress,
                                     use_cache=use_cache)
-    ranges = cal.ranges_from(observers, calib_method, percentile)
+    ranges = cal.ranges_from(observers, calib_method, percentile, heads=_head_tensors(g))
     rep.calibration["cached"] = cached
     timings["calibrate"] = time.perf_counter() - t1
 
@@ -292,9 +292,36 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     return _finish(rep, q_bytes, out_path, timings, t0)
 
 
+def _head_tensors(g) -> set[str]:
+    """Names of tensors whose top values decide the answer: graph outputs, softmax inputs, and the
+    inputs of value-moving ops (RESHAPE, ...) that lead to them."""
+    from edgerun.convert.quantize import RULES
+    heads = {g.tensors[i].name for i in g.outputs}
+    prod = g.producers()
+    frontier = list(g.outputs)
+    for op in g.ops:
+        if op.op in ("SOFTMAX", "LOG_SOFTMAX", "ARG_MAX") and op.inputs[0] >= 0:
+            frontier.append(op.inputs[0])
+    seen = set()
+    while frontier:
+        t = frontier.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        heads.add(g.tensors[t].name)
+        if t in prod:
+            op = g.ops[prod[t]]
+            rule = RULES.get(op.op)
+            if rule is not None and rule.kind == "same":
+                frontier.extend(i for i in op.inputs if i >= 0 and g.tensors[i].data is None)
+    return heads
+
+
 def _layout_name(perm) -> str:
     perm = tuple(perm)
-    return {(0, 2, 3, 1): "NHWC", (0, 1, 2, 3): "NCHW"}.get(perm, "x".join(map(str, perm)))
+    if perm == tuple(range(len(perm))):
+        return "NCHW" if len(perm) == 4 else "as in the ONNX model"
+    return {(0, 2, 3, 1): "NHWC"}.get(perm, "permuted " + ",".join(map(str, perm)))
 
 
 def _float_drift(reference, float_bytes, source, idx, out_names, progress):

@@ -236,13 +236,15 @@ def _clip(L, n):
     else:
         lo = float(L.cval(n.input[1], "min")) if len(n.input) > 1 and n.input[1] else -np.inf
         hi = float(L.cval(n.input[2], "max")) if len(n.input) > 2 and n.input[2] else np.inf
-    table = {(0.0, 6.0): ("RELU6", Activation.RELU6), (-1.0, 1.0): ("RELU_N1_TO_1", Activation.RELU_N1_TO_1),
+    table = {(0.0, 6.0): ("RELU6", Activation.RELU6), (-1.0, 1.0): (None, Activation.RELU_N1_TO_1),
              (0.0, np.inf): ("RELU", Activation.RELU)}
     if (lo, hi) in table:
         op, act = table[(lo, hi)]
-        if not _fuse_activation(L, n, act):
+        if _fuse_activation(L, n, act):
+            return
+        if op is not None:  # standalone RELU_N1_TO_1 is missing from TFLM: MAXIMUM / MINIMUM below
             _unary(L, n, op)
-        return
+            return
     v = L.val(n.input[0])
     x = L.get(n.input[0])
     out_shape = _perm_shape(v.shape, v.perm)

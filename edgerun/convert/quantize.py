@@ -72,11 +72,17 @@ RULES: dict[str, QuantRule] = {
     "CONCATENATION": QuantRule("same", shared=(-1,)),
     "MAXIMUM": QuantRule("same", shared=(0, 1)), "MINIMUM": QuantRule("same", shared=(0, 1)),
     "ADD": QuantRule("own"), "SUB": QuantRule("own"), "MUL": QuantRule("own"), "MEAN": QuantRule("own"),
-    "SUM": QuantRule("own"), "RELU": QuantRule("own"), "RELU6": QuantRule("own"),
-    "RELU_N1_TO_1": QuantRule("own"), "LEAKY_RELU": QuantRule("own"), "PRELU": QuantRule("own", int8_version=1),
+    "SUM": QuantRule("own"), "RELU": QuantRule("own"),
+    # TFLM's int8 RELU6 clamps raw values without requantizing: input and output share params
+    "RELU6": QuantRule("same"), "RELU_N1_TO_1": QuantRule("same", int8_version=1), "LEAKY_RELU": QuantRule("own"), "PRELU": QuantRule("own", int8_version=1),
     "HARD_SWISH": QuantRule("own", int8_version=1), "ELU": QuantRule("own", int8_version=1),
     "EXP": QuantRule("own"), "ABS": QuantRule("own"), "BATCH_MATMUL": QuantRule("own"),
-    "DIV": QuantRule("float"), "SQRT": QuantRule("float"), "NEG": QuantRule("float"), "RSQRT": QuantRule("float"),
+    # LiteRT's int8 DIV overflows when the numerator is -1 after the zero point (CountLeadingSignBits
+    # gives 31): keep DIV in float. (A DIV by a constant is lowered to MUL by the reciprocal.)
+    "DIV": QuantRule("float"), "SQRT": QuantRule("own", int8_version=1),
+    "RSQRT": QuantRule("own", int8_version=1),
+    # NEG's int8 kernel negates raw values (no requantization): not expressible with one output scale
+    "NEG": QuantRule("float"),
     "DEQUANTIZE": QuantRule("float"), "CAST": QuantRule("float"),
 }
 
@@ -173,7 +179,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             q_act.update(op.outputs)
     cons = g.consumers()
     for t in g.inputs:
-        if any(c not in fops for c in cons.get(t, [])) or t in g.outputs:
+        if io_type != "float32" or any(c not in fops for c in cons.get(t, [])) or t in g.outputs:
             q_act.add(t)
 
     # parameter classes: tensors that must share (scale, zero_point)
@@ -361,12 +367,17 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     # graph outputs
     for t in g.outputs:
         src = g.tensors[t]
-        if t not in q_act:
+        if t in q_act:
+            inner = main_tensor(t)
+        elif t in params and io_type != "float32":
+            q.rename(main_tensor(t), src.name + "_float")
+            inner = as_int8(t)
+        else:
             q.outputs.append(main_tensor(t))
             continue
         s, z = params[t]
-        inner = main_tensor(t)
         if io_type == "int8":
+            q.rename(inner, src.name)
             q.outputs.append(inner)
             continue
         q.rename(inner, src.name + "_int8")
