@@ -80,3 +80,31 @@ def test_float_nodes_stay_on_edgerun():
     assert it.partitions == []
     reasons = it._runner(0).delegate_report["nodes"][0]["reasons"]["mcu"]
     assert "float32" in reasons and "int8" in reasons
+
+
+def test_serial_back_end_matches_tflm_bit_for_bit(tmp_path):
+    """Both back ends of one delegate: edgerun firmware (posix build over a socket link) and TFLM."""
+    try:
+        import serial  # noqa: F401
+        from edgerun_delegates.mcu import serial_backend  # noqa: F401
+        from firmware_harness import tcp_firmware
+        from firmware_models import mcu_small
+    except ImportError as e:
+        pytest.skip(f"serial back end or firmware harness not available: {e}")
+    try:
+        fw, url = tcp_firmware(tmp_path)
+    except RuntimeError as e:  # the firmware does not build here
+        pytest.skip(str(e).splitlines()[0])
+    try:
+        m = mcu_small()
+        dev = Interpreter(model_content=m, delegates=[get_delegate("mcu", port=url)])
+        dev.allocate_tensors()
+        host = Interpreter(model_content=m, delegates=["mcu"])
+        host.allocate_tensors()
+        assert [p.nodes for p in dev.partitions] == [p.nodes for p in host.partitions]
+        for seed in range(2):
+            xs = random_inputs(dev.get_input_details(), seed)
+            a, b, c = dev.predict(*xs), host.predict(*xs), run_edgerun(m, xs)
+            assert np.array_equal(a[0], b[0]) and np.array_equal(b[0], c[0])
+    finally:
+        fw.stop()

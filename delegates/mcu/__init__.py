@@ -110,15 +110,17 @@ class TflmKernel(DelegateKernel):
 class SerialKernel(DelegateKernel):
     """Runs a (sub-)model on edgerun's firmware over a serial link."""
 
-    def __init__(self, model_content: bytes, port: str, run_serial):
+    def __init__(self, model_content: bytes, port: str, run_serial, baud: int | None = None):
         self.model_content, self.port, self._run = bytes(model_content), port, run_serial
+        self._kw = {"baud": int(baud)} if baud else {}
 
     def invoke(self, inputs):
-        return [np.asarray(y) for y in self._run(self.port, self.model_content, list(inputs))]
+        return [np.asarray(y) for y in self._run(self.port, self.model_content, list(inputs), **self._kw)]
 
 
 class McuDelegate(Delegate):
-    """Config: ``port`` (serial back end), ``arena_size`` (TFLM arena to reserve on the host)."""
+    """Config: ``port`` (serial back end; a device path or a pyserial URL), ``baud``,
+    ``arena_size`` (TFLM arena to reserve on the host)."""
 
     name = "mcu"
     capabilities = CapabilityTable("mcu", OPS, node_constraints=(r.static_shapes,))
@@ -145,7 +147,7 @@ class McuDelegate(Delegate):
                 from edgerun_delegates.mcu.serial_backend import run_serial
             except ImportError as e:
                 raise self.unavailable(f"the serial back end is missing ({e})") from e
-            return SerialKernel(data, port, run_serial)
+            return SerialKernel(data, port, run_serial, self.config.get("baud"))
         try:
             k = TflmKernel(data, self.config.get("arena_size"))
         except ImportError as e:
