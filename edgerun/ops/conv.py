@@ -39,9 +39,15 @@ from edgerun.schema.tflite import Padding
 
 def _window_view(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
                  oh: int, ow: int) -> np.ndarray:
-    """(N, OH, OW, KH, KW, C) read-only view of the padded NHWC input ``xp`` (im2col without copying)."""
-    n, _, _, c = xp.shape
+    """Read-only view of the padded NHWC input ``xp`` with the im2col layout (N, OH, OW, KH, KW, C).
+
+    Without column dilation a window row's KW*C values are contiguous in ``xp``, so the view is
+    5-D (N, OH, OW, KH, KW*C): the same element order, with a longer inner loop for the copy.
+    """
+    n, _, w, c = xp.shape
     s0, s1, s2, s3 = xp.strides
+    if dw == 1 and s2 == c * s3:
+        return as_strided(xp, (n, oh, ow, kh, kw * c), (s0, s1 * sh, s2 * sw, s1 * dh, s3), writeable=False)
     return as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
 
 
@@ -175,8 +181,9 @@ class Conv2D(Kernel):
         if self.pointwise:
             cols = xp.reshape(m, -1)
         else:
-            buf = scratch("conv.cols", (n, oh, ow, kh, kw, xp.shape[3]), np.float32)
-            np.copyto(buf, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
+            view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+            buf = scratch("conv.cols", view.shape, np.float32)
+            np.copyto(buf, view)
             cols = buf.reshape(m, -1)
         if self.groups == 1:
             # int8: the float32 product is a temporary (requantized below); float32: it is the output
