@@ -196,12 +196,24 @@ def test_failed_verify_keeps_previous(sshd, tmp_path):
 
 
 def test_verify_skipped_when_board_lacks_edgerun(sshd, tmp_path):
+    """A "bare board": a second key whose forced command clears the environment (PATH=/usr/bin:/bin,
+    no PYTHONPATH), so the board's python3 has no edgerun; copies use scp's original protocol."""
     board = tmp_path / "board"
-    st = ssh.status(sshd, str(board))
-    if st["edgerun"]:  # the server sets PATH to the system's bin dirs, whose python3 lacks edgerun
-        pytest.skip("edgerun is installed for the system python3 here")
-    r = ssh.deploy(_bundle(tmp_path, 12), sshd, remote_dir=str(board), verify=True)
+    d = Path(sshd.identity).parent
+    bare_key = d / "bare_key"
+    if not bare_key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(bare_key)], check=True)
+        forced = 'command="env -i PATH=/usr/bin:/bin HOME=$HOME /bin/sh -c \\"$SSH_ORIGINAL_COMMAND\\""'
+        with open(d / "authorized_keys", "a") as f:
+            f.write(f"{forced} {(d / 'bare_key.pub').read_text()}")
+    bare = ssh.SSHTarget(sshd.host, port=sshd.port, identity=str(bare_key), options=sshd.options, legacy_scp=True)
+    if subprocess.run(["/usr/bin/python3", "-c", "import edgerun"], capture_output=True, check=False,
+                      cwd="/").returncode == 0:
+        pytest.skip("the system python3 has edgerun installed")
+    assert ssh.status(bare, str(board))["edgerun"] is None
+    r = ssh.deploy(_bundle(tmp_path, 12), bare, remote_dir=str(board), verify=True)
     assert r["verified"] is None and "not installed" in r["verify_skipped"]
+    assert (board / "current").is_symlink()
 
 
 def test_unreachable_host_is_a_deploy_error(tmp_path):
@@ -228,7 +240,7 @@ def test_cli_deploy_json_and_rollback(sshd, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "edgerun", "deploy", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "edgerun", "deploy", *args], capture_output=True, text=True, check=False,
                               env=env, timeout=120)
 
     p = cli(str(a), *common, "--json")

@@ -18,6 +18,7 @@ def deploy_cli(
     dir: str = typer.Option("edgerun", "--dir", help="Deploy directory on the board (relative to home)."),
     identity: Path = typer.Option(None, "--identity", "-i", help="SSH private key file."),
     ssh_option: list[str] = typer.Option([], "--ssh-option", "-o", help="Extra ssh -o option, repeatable."),
+    legacy_scp: bool = typer.Option(False, "--legacy-scp", help="scp -O, for boards without SFTP (Dropbear)."),
     verify: bool = typer.Option(False, "--verify", help="Run the golden vectors on the board before switching."),
     remote_edgerun: str = typer.Option(None, "--remote-edgerun",
                                        help="Command that runs edgerun on the board (default: found there)."),
@@ -34,7 +35,8 @@ def deploy_cli(
     """
     from edgerun.deploy import ssh
 
-    target = ssh.SSHTarget(host, port=port, identity=str(identity) if identity else None, options=list(ssh_option))
+    target = ssh.SSHTarget(host, port=port, identity=str(identity) if identity else None, options=list(ssh_option),
+                            legacy_scp=legacy_scp)
     if rollback:
         report = ssh.rollback(target, remote_dir=dir)
     elif show:

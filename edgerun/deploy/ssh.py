@@ -55,6 +55,8 @@ class SSHTarget:
     ssh: str = "ssh"
     scp: str = "scp"
     connect_timeout: int = 10
+    #: use scp's original protocol (``scp -O``) for boards without an SFTP server (Dropbear)
+    legacy_scp: bool = False
 
     def __post_init__(self):
         if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
@@ -75,7 +77,7 @@ class SSHTarget:
         return argv + ["--", self.host, command]
 
     def scp_argv(self, local: str, remote: str, bandwidth_kbps: int | None = None) -> list[str]:
-        argv = [self.scp, "-q", *self._common()]
+        argv = [self.scp, "-q", *(["-O"] if self.legacy_scp else []), *self._common()]
         if self.port:
             argv += ["-P", str(int(self.port))]
         if bandwidth_kbps:
@@ -86,7 +88,7 @@ class SSHTarget:
             check: bool = True) -> subprocess.CompletedProcess:
         """Run a POSIX sh script on the board; DeployError on failure (with its stderr)."""
         try:
-            p = subprocess.run(self.ssh_argv(f"sh -c {shlex.quote(script)}"), capture_output=True, text=True,
+            p = subprocess.run(self.ssh_argv(f"sh -c {shlex.quote(script)}"), capture_output=True, text=True, check=False,
                                timeout=timeout, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise DeployError(f"{self.ssh!r} not found: install the OpenSSH client (apt install openssh-client)") from None
@@ -203,7 +205,7 @@ def deploy(bundle, target: SSHTarget, *, remote_dir: str = "edgerun", verify: bo
     part = f"{d}/incoming/{name}.{secrets.token_hex(4)}.part"
     argv = target.scp_argv(str(path), part, bandwidth_kbps)
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=transfer_timeout,
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=transfer_timeout, check=False,
                            stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise DeployError(f"{target.scp!r} not found: install the OpenSSH client") from None
