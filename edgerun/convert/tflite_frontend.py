@@ -16,7 +16,7 @@ import numpy as np
 
 from edgerun.convert.graph import Graph
 from edgerun.errors import ConversionError, UnsupportedOpError
-from edgerun.schema.tflite import DimensionType
+from edgerun.schema.tflite import DimensionType  # noqa: F401  (sparsity level formats)
 
 
 def densify(values: np.ndarray, shape: tuple, sparsity) -> np.ndarray:
@@ -76,10 +76,11 @@ def tflite_to_graph(data: bytes) -> Graph:
     for i, op in enumerate(g.ops):
         if op.op in ("IF", "WHILE", "CALL_ONCE", "CALL"):
             raise UnsupportedOpError(op.op, None, node_index=i, detail="control flow is not converted to int8")
-        if op.op == "CUSTOM":
-            code = model.operator_codes[model.main.operators[i].opcode_index].custom_code
-            raise UnsupportedOpError(f"CUSTOM:{code}", None, node_index=i,
-                                     detail="custom ops have no int8 quantization rule")
+        code = model.operator_codes[model.main.operators[i].opcode_index]
+        if code.builtin == "CUSTOM":
+            raise UnsupportedOpError(f"CUSTOM:{code.custom_code}", None, node_index=i,
+                                     detail="custom ops have no int8 quantization rule; the converter "
+                                            "handles builtin ops only")
     # fold constant DEQUANTIZE / DENSIFY
     keep = []
     replace: dict[int, int] = {}
