@@ -342,3 +342,14 @@ def test_requantizer_ties_match_fixedpoint():
     for i in range(len(reals)):  # the uniform-shift fast path too
         got = Requantizer(m[i], s[i], -3, -128, 127)(x[:, 0])
         assert np.array_equal(got.astype(np.int64), want[:, i])
+
+
+def test_scratch_buffers_fit_any_size_sequence():
+    from edgerun.ops.common import scratch
+
+    rng = np.random.default_rng(14)
+    for n in list(rng.integers(1, 400, 300)) + [1000, 3, 999, 1001]:
+        for dtype in (np.int64, np.float32, np.int8):
+            a = scratch("test.scratch", (int(n), 1), dtype)
+            assert a.shape == (n, 1) and a.dtype == dtype and a.ctypes.data % 64 == 0
+            a[...] = 1  # writable, inside the buffer

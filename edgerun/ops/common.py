@@ -215,8 +215,8 @@ def scratch(key: str, shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buf = pool.get(key)
-    if buf is None or buf.nbytes < nbytes:
-        buf = pool[key] = np.empty(max(nbytes, 64) + 64, np.uint8)
+    if buf is None or buf.nbytes < nbytes + 64:  # room for the alignment offset too
+        buf = pool[key] = np.empty(nbytes + 128, np.uint8)
     off = (-buf.ctypes.data) % 64  # cache-line aligned view
     return buf[off:off + nbytes].view(dtype).reshape(shape)
 
