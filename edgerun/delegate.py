@@ -24,8 +24,8 @@ so the interpreter, ``edgerun check`` and the delegates agree on what "CONV_2D/i
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -36,10 +36,26 @@ from edgerun.schema import tflite
 ENTRY_POINT_GROUP = "edgerun.delegates"
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "Availability", "Support", "DelegateOptions", "OpCaps", "CapabilityTable",
-    "Partition", "DelegateKernel", "Delegate", "node_context", "node_dtype", "node_macs",
-    "extract_submodel", "delegate_names", "delegate_class", "get_delegate", "resolve_delegates",
-    "parse_delegate_list", "delegates_supporting", "coverage",
+    "ENTRY_POINT_GROUP",
+    "Availability",
+    "CapabilityTable",
+    "Delegate",
+    "DelegateKernel",
+    "DelegateOptions",
+    "OpCaps",
+    "Partition",
+    "Support",
+    "coverage",
+    "delegate_class",
+    "delegate_names",
+    "delegates_supporting",
+    "extract_submodel",
+    "get_delegate",
+    "node_context",
+    "node_dtype",
+    "node_macs",
+    "parse_delegate_list",
+    "resolve_delegates",
 ]
 
 
@@ -68,11 +84,11 @@ class Support:
         return self.ok
 
     @classmethod
-    def yes(cls, reason: str = "") -> "Support":
+    def yes(cls, reason: str = "") -> Support:
         return cls(True, reason)
 
     @classmethod
-    def no(cls, reason: str) -> "Support":
+    def no(cls, reason: str) -> Support:
         return cls(False, reason)
 
 
@@ -118,7 +134,7 @@ def node_dtype(ctx) -> str:
     if d is not None:
         try:
             return d.key(ctx)
-        except Exception:  # a key function may need shapes a broken model lacks
+        except Exception:  # noqa: BLE001, S110  (a key function may need shapes a broken model lacks)
             pass
     for t in ctx.inputs:
         if t is not None:
@@ -517,7 +533,7 @@ def delegates_supporting(op: str, dtype: str | None) -> list[str]:
     for name in delegate_names():
         try:
             caps = delegate_class(name).capabilities
-        except Exception:
+        except Exception:  # noqa: BLE001, S112  (a broken third-party delegate must not hide the error being reported)
             continue
         if caps is not None and caps.accepts(op, dtype):
             names.append(name)

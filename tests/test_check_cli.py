@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 import pytest
-
 from delegate_models import Q, small_cnn
+
 from edgerun.cli import main
 from edgerun.cli.check import check_model
 from edgerun.ir import ModelBuilder

@@ -5,13 +5,13 @@ import ctypes.util
 
 import numpy as np
 import pytest
-
 from delegate_models import Q, small_cnn
+
 from edgerun.delegate import delegates_supporting, get_delegate
 from edgerun.errors import DelegateUnavailableError, UnsupportedOpError
 from edgerun.ir import ModelBuilder
-from edgerun.runtime.partition import plan
 from edgerun.runtime.interpreter import Interpreter
+from edgerun.runtime.partition import plan
 from edgerun.schema import read_model
 from edgerun.schema.tflite import Activation, Padding
 
@@ -104,7 +104,7 @@ def _compiled_model():
 
 def test_compiled_model_custom_op_is_recognised():
     m = _compiled_model()
-    p, why = _plan(m, "edgetpu")
+    p, _ = _plan(m, "edgetpu")
     assert [pt.ops for pt in p.partitions] == [["edgetpu-custom-op"]]
     assert delegates_supporting("edgetpu-custom-op", None) == ["edgetpu"]
     with pytest.raises(UnsupportedOpError, match="CUSTOM:edgetpu-custom-op.*delegates that can run it: edgetpu"):
@@ -189,8 +189,9 @@ def test_external_delegate_plugin_loads_and_compiled_op_needs_the_tpu(tmp_path):
         it.allocate_tensors()
     assert handle.fake_created() == 2  # prepare() loaded it through LiteRT again
     # the same plugin on a partition LiteRT can run itself: the run-time path end to end
-    from edgerun.delegate import CapabilityTable, OpCaps
     from edgerun_delegates.edgetpu import CUSTOM_OP, RUNTIME_OPS, EdgeTpuDelegate
+
+    from edgerun.delegate import CapabilityTable, OpCaps
 
     class ReluToo(EdgeTpuDelegate):
         capabilities = CapabilityTable("edgetpu", {**RUNTIME_OPS, "RELU": OpCaps(frozenset({"int8"}))},

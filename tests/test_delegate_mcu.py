@@ -3,8 +3,8 @@ arena next to edgerun's planner."""
 
 import numpy as np
 import pytest
-
 from delegate_models import Q, small_cnn
+
 from edgerun.delegate import get_delegate
 from edgerun.errors import DelegateUnavailableError, EdgerunError
 from edgerun.runtime.interpreter import Interpreter
@@ -13,7 +13,7 @@ from edgerun.testing import random_inputs, run_edgerun
 
 pytest.importorskip("tflite_micro")
 
-from edgerun_delegates.mcu import tflm_arena  # noqa: E402
+from edgerun_delegates.mcu import tflm_arena
 
 
 def _kws():

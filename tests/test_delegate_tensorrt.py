@@ -3,8 +3,8 @@ edgerun's int8 outputs within 1 LSB. (No GPU on CI: the TensorRT provider path i
 
 import numpy as np
 import pytest
-
 from delegate_models import Q, small_cnn
+
 from edgerun.delegate import get_delegate
 from edgerun.runtime.interpreter import Interpreter
 from edgerun.schema import read_model
@@ -14,8 +14,8 @@ from edgerun.testing import assert_close, random_inputs, run_edgerun
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from edgerun_delegates.tensorrt import TensorRtDelegate, engine_cache_dir  # noqa: E402
-from edgerun_delegates.tensorrt.export import export_onnx  # noqa: E402
+from edgerun_delegates.tensorrt import TensorRtDelegate, engine_cache_dir
+from edgerun_delegates.tensorrt.export import export_onnx
 
 
 def _conv(padding, stride, act, depthwise=False):

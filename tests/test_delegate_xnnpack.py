@@ -3,8 +3,8 @@
 
 import numpy as np
 import pytest
-
 from delegate_models import Q, float_relu_chain, small_cnn
+
 from edgerun.delegate import coverage, get_delegate
 from edgerun.ir import ModelBuilder
 from edgerun.runtime.interpreter import Interpreter

@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from delegate_models import Q
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from delegate_models import Q
-from edgerun.delegate import Delegate, DelegateKernel, OpCaps, CapabilityTable, Support
+from edgerun.delegate import CapabilityTable, Delegate, DelegateKernel, OpCaps, Support
 from edgerun.errors import EdgerunError, UnsupportedOpError
 from edgerun.ir import ModelBuilder
 from edgerun.runtime.interpreter import Interpreter

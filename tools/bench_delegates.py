@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from delegate_models import Q  # noqa: E402
-from edgerun.schema.tflite import Activation, Padding  # noqa: E402
+from delegate_models import Q
+
+from edgerun.schema.tflite import Activation, Padding
 
 
 def mobilenet_like(size=96, width=16, blocks=5, seed=1, softmax=True) -> bytes:
@@ -38,7 +39,7 @@ def mobilenet_like(size=96, width=16, blocks=5, seed=1, softmax=True) -> bytes:
         y = q.conv(y, c, stride=stride, depthwise=True, act=Activation.RELU6)
         c = c * 2 if stride == 2 else c
         y = q.conv(y, c, k=1, act=Activation.RELU6)
-    n, h, w, ch = q.shape[y]
+    _, h, _, ch = q.shape[y]
     y = q.pool(y, "AVERAGE_POOL_2D", k=h, stride=h, padding=Padding.VALID)
     y = q.reshape(y, (1, ch))
     y = q.fc(y, 10, w_scale=(2e-5, 2e-4))

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import platform
 
-from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition, Support
 from edgerun_delegates.edgetpu import rules
+
+from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition, Support
 
 CUSTOM_OP = "edgetpu-custom-op"
 
@@ -51,7 +52,7 @@ class EdgeTpuDelegate(Delegate):
         try:
             from edgerun._litert import interpreter_module
             interpreter_module()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  (any LiteRT import failure means: not available)
             return Availability(False, str(e))
         try:
             ctypes.CDLL(self.library)

@@ -14,8 +14,9 @@ Source: Coral's "TensorFlow models on the Edge TPU" (coral.ai/docs/edgetpu/model
 
 from __future__ import annotations
 
-from edgerun.delegate import CapabilityTable, OpCaps, Support
 from edgerun_delegates import _rules as r
+
+from edgerun.delegate import CapabilityTable, OpCaps, Support
 
 Q8 = frozenset({"int8", "uint8"})
 

@@ -19,10 +19,10 @@ import re
 import tempfile
 
 import numpy as np
-
-from edgerun.errors import EdgerunError
-from edgerun.delegate import Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps, Partition
 from edgerun_delegates import _rules as r
+
+from edgerun.delegate import Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps, Partition
+from edgerun.errors import EdgerunError
 
 I8 = frozenset({"int8"})
 I8_16 = frozenset({"int8", "int16"})

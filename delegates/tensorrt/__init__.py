@@ -16,11 +16,10 @@ import os
 from pathlib import Path
 
 import numpy as np
-
-from edgerun.delegate import (Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps,
-                              Partition)
 from edgerun_delegates import _rules as r
 from edgerun_delegates.tensorrt.export import LOWERINGS, export_onnx
+
+from edgerun.delegate import Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps, Partition
 
 Q = frozenset({"int8", "uint8", "float32"})
 _CONV = (r.const_input(1, "filter"), r.const_input(2, "bias", optional=True), r.rank_in(4))
@@ -45,7 +44,7 @@ def tensorrt_version() -> str | None:
     try:
         import tensorrt  # type: ignore[import-not-found]
         return str(tensorrt.__version__)
-    except Exception:
+    except Exception:  # noqa: BLE001  (no usable tensorrt package: version unknown)
         return None
 
 
@@ -54,7 +53,7 @@ def gpu_name() -> str:
 
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
-                             capture_output=True, text=True, timeout=10)
+                             capture_output=True, text=True, timeout=10, check=False)
         name = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
     except (OSError, subprocess.SubprocessError):
         name = ""

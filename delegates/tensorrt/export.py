@@ -181,8 +181,8 @@ def _pool(e: _Export, op, kind):
     o = op.options
     kh, kw = int(o["filter_height"]), int(o["filter_width"])
     xt = e.node("Transpose", [e.real(op.inputs[0])], "nchw", perm=[0, 3, 1, 2])
-    attrs = dict(kernel_shape=[kh, kw], strides=[int(o.get("stride_h", 1)), int(o.get("stride_w", 1))],
-                 pads=e.pads(op, kh, kw))
+    attrs = {"kernel_shape": [kh, kw], "strides": [int(o.get("stride_h", 1)), int(o.get("stride_w", 1))],
+             "pads": e.pads(op, kh, kw)}
     if kind == "AveragePool":
         attrs["count_include_pad"] = 0  # TFLite averages over the valid window only
     y = e.node(kind, [xt], kind.lower(), **attrs)

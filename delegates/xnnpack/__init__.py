@@ -10,8 +10,9 @@ partitions to what XNNPACK accelerates.
 
 from __future__ import annotations
 
-from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition, Support
 from edgerun_delegates import _rules as r
+
+from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Partition, Support
 
 F = frozenset({"float32"})
 FQ = frozenset({"float32", "int8", "uint8"})
@@ -62,7 +63,7 @@ class XnnpackDelegate(Delegate):
         try:
             from edgerun._litert import interpreter_module
             mod = interpreter_module()
-        except Exception as e:  # DelegateUnavailableError or a broken install
+        except Exception as e:  # noqa: BLE001  (DelegateUnavailableError or a broken install)
             return Availability(False, str(e))
         return Availability(True, f"LiteRT ({mod.__name__}) with its built-in XNNPACK delegate")
 

@@ -36,12 +36,12 @@ def _static_arena(model) -> int:
     for o in g.outputs:
         last[o] = len(g.operators)
     bufs = []
-    for i in first:
+    for i, first_step in first.items():
         t = g.tensors[i]
         if t.np_dtype is None or t.is_variable:
             continue
         bufs.append(planner.Buffer(i, int(np.prod(t.shape, dtype=np.int64)) * t.np_dtype.itemsize,
-                                   first[i], last[i]))
+                                   first_step, last[i]))
     return planner.plan(bufs)[1]
 
 
@@ -122,7 +122,7 @@ def check_model(model_path: str | Path | bytes, target: str, *, tflm: bool = Tru
                 t = tflm_arena(data, arena_size=max(arena * 4 + 256 * 1024, 16 * len(data)))
                 mem["tflm_arena_bytes"], mem["tflm_arena_head_bytes"] = t["total"], t["head"]
                 mem["tflm_fits"] = t["total"] is not None and t["total"] <= ram
-            except Exception as e:  # TFLM absent or refuses the model: say so, keep the report
+            except Exception as e:  # noqa: BLE001  (TFLM absent or refuses the model: say so, keep the report)
                 mem["tflm_error"] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         report["memory"] = mem
     return report
