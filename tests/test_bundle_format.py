@@ -218,7 +218,7 @@ def test_tamper_every_byte(tmp_path, keys):
 
 def test_tamper_unsigned_every_byte(tmp_path):
     data = write_bundle(relu_model(), tmp_path / "t.bundle").read_bytes()
-    for i in range(0, len(data)):
+    for i in range(len(data)):
         bad = bytearray(data)
         bad[i] ^= 0x80 >> (i % 8)
         with pytest.raises(BundleError):
