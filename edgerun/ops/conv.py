@@ -108,21 +108,28 @@ def _strides(ctx, opts, dilation=True):
 
 
 class _PaddedInput:
-    """A preallocated padded NHWC buffer whose border holds a constant (0, or the input zero point)."""
+    """The input, padded: a scratch NHWC buffer whose border is set to a constant (0, or the input zero point)."""
 
     def __init__(self, shape, pads, dtype, fill: float):
         n, h, w, c = shape
-        pt, pb, pl, pr = pads
+        self.pt, self.pb, self.pl, self.pr = pads
         self.trivial = not any(pads)
-        self.buf = None if self.trivial else np.full((n, h + pt + pb, w + pl + pr, c), fill, dtype)
+        self.shape = (n, h + self.pt + self.pb, w + self.pl + self.pr, c)
+        self.hw = (h, w)
         self.dtype = np.dtype(dtype)
-        self.interior = None if self.trivial else self.buf[:, pt:pt + h, pl:pl + w, :]
+        self.fill = fill
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.trivial:
             return x if x.dtype == self.dtype else x.astype(self.dtype)
-        np.copyto(self.interior, x, casting="unsafe")
-        return self.buf
+        buf = scratch("conv.pad", self.shape, self.dtype)
+        (h, w), pt, pl = self.hw, self.pt, self.pl
+        buf[:, :pt] = self.fill
+        buf[:, pt + h:] = self.fill
+        buf[:, pt:pt + h, :pl] = self.fill
+        buf[:, pt:pt + h, pl + w:] = self.fill
+        np.copyto(buf[:, pt:pt + h, pl:pl + w, :], x, casting="unsafe")
+        return buf
 
 
 @register("CONV_2D", "float32", "int8")
@@ -255,10 +262,11 @@ class DepthwiseConv2D(Kernel):
             for kx in range(kw):
                 y0, x0 = ky * dh, kx * dw
                 self.taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, np.tile(wf[ky, kx], ow)))
-        self.planes = {}
+        self.planes = {}  # stride phase -> its shape (the data lives in scratch buffers)
         if (sh, sw) != (1, 1):
             for py, px in sorted({t[0] for t in self.taps}):
-                self.planes[(py, px)] = np.empty((n, len(range(py, hp, sh)), len(range(px, wp, sw)), oc), dtype)
+                self.planes[(py, px)] = (n, len(range(py, hp, sh)), len(range(px, wp, sw)), oc)
+        self.dtype = dtype
         self.acc_dtype = dtype
         return [self.out_shape]
 
@@ -268,15 +276,17 @@ class DepthwiseConv2D(Kernel):
             x = np.repeat(x, self.dm, axis=-1)
         xp = self.pad(x)
         sh, sw = self.strides
-        for (py, px), plane in self.planes.items():
-            np.copyto(plane, xp[:, py::sh, px::sw, :])
+        planes = {}
+        for (py, px), shape in self.planes.items():
+            planes[(py, px)] = scratch(f"dw.phase{py}.{px}", shape, self.dtype)
+            np.copyto(planes[(py, px)], xp[:, py::sh, px::sw, :])
         n, oh, ow, oc = self.out_shape
         shape = (n, oh, ow * oc)
         # float32 output: the sum is returned, so it gets its own array; int8: a temporary
         acc = scratch("dw.acc", shape, self.acc_dtype) if self.quantized else np.empty(shape, self.acc_dtype)
         tmp = scratch("dw.tmp", shape, self.acc_dtype)
         for i, (phase, y0, x0, wt) in enumerate(self.taps):
-            src = self.planes[phase] if self.planes else xp
+            src = planes[phase] if planes else xp
             xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(n, oh, ow * oc)
             if i == 0:
                 np.multiply(xs, wt, out=acc)
@@ -352,7 +362,6 @@ class TransposeConv(Kernel):
             self.lo, self.hi = float_activation_range(opts.get("fused_activation_function", 0))
         # (Cin, KH*KW*Cout): column (ky, kx, co) holds w[co, ky, kx, :]
         self.wmat = np.ascontiguousarray(np.asarray(wdata, self.dtype).transpose(3, 1, 2, 0).reshape(ci, -1))
-        self.buf = np.empty((n, self.buf_h, self.buf_w, co), self.dtype)
         return [out_shape]
 
     def eval(self, inputs):
@@ -364,7 +373,7 @@ class TransposeConv(Kernel):
         if self.quantized:
             xf -= self.x_zp
         cols = np.matmul(xf.reshape(-1, ci), self.wmat).reshape(n, h, w, kh, kw, co)
-        buf = self.buf
+        buf = scratch("tconv.buf", (n, self.buf_h, self.buf_w, co), self.dtype)
         buf.fill(0)
         for ky in range(kh):
             for kx in range(kw):
