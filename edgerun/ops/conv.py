@@ -44,17 +44,11 @@ def _window_view(xp: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw
     Without column dilation a window row's KW*C values are contiguous in ``xp``, so the view is
     5-D (N, OH, OW, KH, KW*C): the same element order, with a longer inner loop for the copy.
     """
-    n, _, w, c = xp.shape
+    n, _, _, c = xp.shape
     s0, s1, s2, s3 = xp.strides
     if dw == 1 and s2 == c * s3:
         return as_strided(xp, (n, oh, ow, kh, kw * c), (s0, s1 * sh, s2 * sw, s1 * dh, s3), writeable=False)
     return as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
-
-
-def _tap(xp: np.ndarray, ky: int, kx: int, sh: int, sw: int, dh: int, dw: int, oh: int, ow: int) -> np.ndarray:
-    """The (N, OH, OW, C) input slice that filter tap (ky, kx) reads for every output pixel."""
-    y0, x0 = ky * dh, kx * dw
-    return xp[:, y0:y0 + (oh - 1) * sh + 1:sh, x0:x0 + (ow - 1) * sw + 1:sw, :]
 
 
 def _conv_quant(ctx, x, n_channels: int) -> Requantizer:
@@ -121,7 +115,11 @@ class _PaddedInput:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.trivial:
-            return x if x.dtype == self.dtype else x.astype(self.dtype)
+            if x.dtype == self.dtype:
+                return x
+            buf = scratch("conv.pad", x.shape, self.dtype)
+            np.copyto(buf, x, casting="unsafe")
+            return buf
         buf = scratch("conv.pad", self.shape, self.dtype)
         (h, w), pt, pl = self.hw, self.pt, self.pl
         buf[:, :pt] = self.fill
