@@ -73,3 +73,17 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, model, args, messa
     assert len(r.stderr.strip().splitlines()) == 1
     rj = edgerun(*args, "--json", cwd=tmp_path)
     assert rj.returncode != 0 and json.loads(rj.stdout)["message"]
+
+
+@pytest.mark.parametrize("args", [["inspect"], ["inspect", "--bogus", "x"], ["nosuchcommand"]])
+def test_usage_errors_exit_2_without_traceback(args):
+    r = edgerun(*args)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and "Error" in r.stderr
+
+
+def test_version():
+    from edgerun import __version__
+
+    r = edgerun("--version")
+    assert r.returncode == 0 and r.stdout.strip() == __version__

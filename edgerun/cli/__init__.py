@@ -26,7 +26,7 @@ def build_app():
                       pretty_exceptions_enable=False,
                       help="Convert, run, package and deploy TFLite models to edge devices.")
 
-    @app.callback()
+    @app.callback(invoke_without_command=True)
     def _root(version: bool = typer.Option(False, "--version", help="Print the version and exit.")):
         if version:
             from edgerun import __version__
@@ -82,18 +82,28 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        import click
-
-        if isinstance(e, click.exceptions.Exit):
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            print("aborted", file=sys.stderr)
-            return 1
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
+        for exc in _click_exception_modules():
+            if isinstance(e, getattr(exc, "Exit", ())):
+                return e.exit_code
+            if isinstance(e, getattr(exc, "Abort", ())):
+                print("aborted", file=sys.stderr)
+                return 1
+            if isinstance(e, getattr(exc, "ClickException", ())):  # usage errors: one line
+                e.show()
+                return e.exit_code
         raise
     return 0
+
+
+def _click_exception_modules():
+    """click's exception classes: typer >= 0.2x vendors its own copy as typer._click."""
+    mods = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    return mods
 
 
 if __name__ == "__main__":
