@@ -58,3 +58,18 @@ def test_chain_reuses_memory():
     it.set_tensor(0, x_in)
     it.invoke()
     np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), np.maximum(x_in, 0))
+
+
+@pytest.mark.parametrize("alpha, size", [(0.25, 96), (0.5, 128)])
+def test_arena_no_larger_than_tflm(alpha, size):
+    """edgerun's planner vs TFLM's planned (non-persistent) arena on the same int8 model."""
+    pytest.importorskip("tflite_micro", reason="tflite-micro package not installed")
+    from edgerun.testing import mobilenet_v1
+    from edgerun_delegates.mcu import tflm_arena
+
+    data = mobilenet_v1(alpha, size, dtype="int8")
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    tflm = tflm_arena(data, arena_size=4 << 20)
+    assert tflm["head"] > 0
+    assert it.arena_bytes <= tflm["head"], (it.arena_bytes, tflm)
