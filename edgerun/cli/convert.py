@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -55,7 +56,8 @@ def convert_cli(
     if any(v is not None for v in (size, mean, std, scale, channel_order)):
         pre = spec_from_options(size=size, mean=mean, std=std, scale=scale, channel_order=channel_order,
                                 layout="NHWC")
-    with progress("calibrating", enabled=not json_out) as cb, progress("evaluating", enabled=not json_out) as ecb:
+    bars = not json_out and sys.stderr.isatty()
+    with progress("calibrating", enabled=bars) as cb, progress("evaluating", enabled=bars) as ecb:
         rep = convert(model, output, calib=calib, calib_method=calib_method, io_type=io_type,
                       float_only=float_only, input_shape=input_shape, input_layout=input_layout,
                       per_layer=per_layer, max_drop=max_drop, target=target, preprocessing=pre,

@@ -272,12 +272,17 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
                   "--calib-method or more representative calibration data")
         while not rep.budget_met and len(kept) < max_float_layers:
             layers = drift.layer_drift(float_bytes, q_bytes, source, eval_idx, kept_float=set(kept))
-            name = drift.worst_layer(layers, g, set(kept))
-            if name is None:
+            best = None
+            for group in drift.float_candidates(layers, g, set(kept)):
+                trial = kept + group
+                tg, tb = build(set(trial))
+                outs = drift.output_drift(reference, tb, source, eval_idx, out_names)
+                score = budget.total_shortfall(outs)
+                if best is None or score < best[0] - 1e-9:
+                    best = (score, trial, tg, tb, outs)
+            if best is None:
                 break
-            kept.append(name)
-            qg, q_bytes = build(set(kept))
-            rep.outputs = drift.output_drift(reference, q_bytes, source, eval_idx, out_names, eval_progress)
+            _, kept, qg, q_bytes, rep.outputs = best
             rep.budget_met = budget.met(rep.outputs)
         rep.kept_float = list(kept)
         if not rep.budget_met:

@@ -244,16 +244,27 @@ class HistogramObserver:
         self.hist = np.zeros(bins, np.float64)
         self.lo = self.hi = 0.0
         self.count = 0
+        self.zeros = 0
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float32).reshape(-1)
         x = x[np.abs(x) < 1e30]  # drops NaN / inf and the -3e38 padding of max pooling
         if x.size == 0:
             return
+        nz = x[x != 0]  # exact zeros (ReLU, padding) are exact in int8 too: kept out of the histogram
+        self.zeros += x.size - nz.size
+        if nz.size == 0:
+            self.min, self.max = min(self.min, 0.0), max(self.max, 0.0)
+            self.count += x.size
+            if self.count == x.size:
+                self.lo, self.hi = 0.0, 1e-6
+            return
         bmin, bmax = float(x.min()), float(x.max())
         self.min, self.max = min(self.min, bmin), max(self.max, bmax)
+        first = self.count == 0 or self.hist.sum() == 0
         self.count += x.size
-        if self.count == x.size:
+        x = nz
+        if first:
             lo, hi = min(bmin, 0.0), max(bmax, 0.0)
             if hi - lo <= 0:
                 hi = lo + 1e-6
@@ -268,20 +279,21 @@ class HistogramObserver:
 
     # -- state for the cache ---------------------------------------------------------------------
     def state(self) -> np.ndarray:
-        return np.concatenate([[self.min, self.max, self.lo, self.hi, self.count], self.hist])
+        return np.concatenate([[self.min, self.max, self.lo, self.hi, self.count, self.zeros], self.hist])
 
     @classmethod
     def from_state(cls, s: np.ndarray) -> "HistogramObserver":
-        o = cls(len(s) - 5)
-        o.min, o.max, o.lo, o.hi, o.count = float(s[0]), float(s[1]), float(s[2]), float(s[3]), int(s[4])
-        o.hist = np.array(s[5:], np.float64)
+        o = cls(len(s) - 6)
+        o.min, o.max, o.lo, o.hi, o.count, o.zeros = (float(s[0]), float(s[1]), float(s[2]), float(s[3]),
+                                                      int(s[4]), int(s[5]))
+        o.hist = np.array(s[6:], np.float64)
         return o
 
     # -- ranges ----------------------------------------------------------------------------------
     def range(self, method: str = "mse", percentile: float = 99.99) -> tuple[float, float]:
         if self.count == 0:
             return 0.0, 0.0
-        if method == "minmax":
+        if method == "minmax" or self.hist.sum() == 0:
             return self.min, self.max
         if method == "percentile":
             return self._percentile(percentile)
@@ -331,20 +343,32 @@ class HistogramObserver:
                     # bin-centre error plus the spread of values inside a bin
                     err = float(np.sum(pc * (c - deq) ** 2)) + width ** 2 / 12
                 else:
-                    err = _kl(pc, qv)
-                if err < best - 1e-12 * abs(best):
+                    err = _kl(c, pc, lo, hi, qv)  # c, pc: non-empty bins only
+                if err < best * (1 - 1e-12) or not np.isfinite(best):
                     best, best_r = err, (float(lo), float(hi))
         return best_r
 
 
-def _kl(p: np.ndarray, qv: np.ndarray) -> float:
-    """KL(P || Q), Q = P's mass per quantization level spread evenly over that level's bins."""
+def _kl(c: np.ndarray, p: np.ndarray, lo: float, hi: float, qv: np.ndarray) -> float:
+    """KL(P || Q) between the histogram P and its int8 version Q for the clip range [lo, hi].
+
+    Q moves every bin's mass to its quantization level (clipped bins to the edge levels) and
+    spreads each level's mass evenly over the non-empty in-range bins of that level; bins that Q
+    leaves empty get a small epsilon. Clipping shows up as P mass where Q has (almost) none, too
+    coarse a step as Q's flattening within a level. (TensorRT's entropy calibration, for
+    asymmetric ranges, with the clipped mass judged where it really was.)
+    """
+    inside = (c >= lo) & (c <= hi)
+    if not np.any(inside):
+        return np.inf
     levels = (qv + 128).astype(np.int64)
     mass = np.bincount(levels, weights=p, minlength=256)
-    nbins = np.bincount(levels, minlength=256)
-    q = mass[levels] / nbins[levels]
-    # clipped mass piles into the edge levels: that is where KL sees the clipping
-    return float(np.sum(p * np.log(p / np.maximum(q, 1e-30))))
+    support = np.bincount(levels[inside], weights=(p[inside] > 0).astype(np.float64), minlength=256)
+    q = np.where(inside & (support[levels] > 0), mass[levels] / np.maximum(support[levels], 1), 0.0)
+    eps = 1e-6
+    q = np.maximum(q, eps * p.max())
+    q = q / q.sum()
+    return float(np.sum(p * np.log(np.maximum(p, 1e-300) / q)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +391,7 @@ def collect(float_model: bytes, source: CalibrationSource, indices, *, batch_siz
         h = hashlib.sha256(bytes(float_model)).hexdigest()[:24]
         d = source.fingerprint()[:24]
         ih = hashlib.sha256(np.asarray(indices, np.int64).tobytes()).hexdigest()[:8]
-        key = cache_dir() / f"{h}-{d}-{ih}.npz"
+        key = cache_dir() / f"v3-{h}-{d}-{ih}.npz"
         if key.exists():
             try:
                 with np.load(key, allow_pickle=False) as z:
@@ -382,9 +406,10 @@ def collect(float_model: bytes, source: CalibrationSource, indices, *, batch_siz
     it = make_interpreter(float_model, xnnpack=False, preserve_all=True)
     it.allocate_tensors()
     in_details = it.get_input_details()
-    tensors = [d for d in it.get_tensor_details() if np.dtype(d["dtype"]) == np.float32]
-    const = _constant_tensor_indices(float_model)
-    tensors = [d for d in tensors if d["index"] not in const]
+    const, n_model = _constant_tensor_indices(float_model)
+    # LiteRT lists its scratch tensors after the model's: only the model's own are observed
+    tensors = [d for d in it.get_tensor_details() if np.dtype(d["dtype"]) == np.float32
+               and d["index"] < n_model and d["index"] not in const]
     obs = {d["name"]: HistogramObserver() for d in tensors}
     done = 0
     for start in range(0, len(indices), batch_size):
@@ -419,7 +444,8 @@ def collect(float_model: bytes, source: CalibrationSource, indices, *, batch_siz
 def _constant_tensor_indices(model_bytes: bytes) -> set[int]:
     from edgerun.schema.reader import read_model
     m = read_model(model_bytes)
-    return {i for i, t in enumerate(m.main.tensors) if t.buffer and len(m.buffer_bytes(t.buffer))}
+    return ({i for i, t in enumerate(m.main.tensors) if t.buffer and len(m.buffer_bytes(t.buffer))},
+            len(m.main.tensors))
 
 
 def ranges_from(observers: dict[str, HistogramObserver], method: str = "mse",

@@ -189,27 +189,37 @@ def layer_drift(float_model: bytes, int8_model: bytes, source, indices, progress
     return [LayerDrift(oi, name, tn, accs[t].sqnr, float_kept=tn in kept_float) for oi, name, t, tn in layers]
 
 
-def worst_layer(layers: list[LayerDrift], float_model_graph, exclude: set[str]) -> str | None:
-    """The op output (tensor name) whose own quantization loses the most SQNR.
+def float_candidates(layers: list[LayerDrift], g, exclude: set[str], k: int = 3) -> list[list[str]]:
+    """Up to ``k`` sets of op outputs (tensor names) to try keeping in float, most promising first.
 
-    A layer's loss is its input's SQNR minus its output's SQNR (in dB): error it adds, not error it
-    inherits. Ties go to the earlier layer.
+    A layer's loss is its inputs' SQNR minus its output's SQNR (dB): error it adds, not error it
+    inherits. Much of that error is often made when its *input* is quantized (an outlier channel
+    coarsens one per-tensor scale for all channels), so each candidate is the layer together with
+    the producers of its activation inputs: the tensor between them then stays float.
     """
-    g = float_model_graph
     by_name = {ld.tensor: ld for ld in layers}
     prod = {g.tensors[o].name: op for op in g.ops for o in op.outputs}
-    best, best_loss = None, -np.inf
+    scored = []
     for ld in layers:
-        if ld.tensor in exclude or ld.tensor not in prod:
+        if ld.tensor not in prod:
             continue
         op = prod[ld.tensor]
-        in_sqnr = [by_name[g.tensors[i].name].sqnr_db for i in op.inputs
-                   if i >= 0 and g.tensors[i].data is None and g.tensors[i].name in by_name]
+        in_names = [g.tensors[i].name for i in op.inputs if i >= 0 and g.tensors[i].data is None]
+        in_sqnr = [by_name[n].sqnr_db for n in in_names if n in by_name]
         base = min(in_sqnr) if in_sqnr else SQNR_CAP
         loss = min(base, SQNR_CAP) - ld.sqnr_db
-        if loss > best_loss + 1e-9:
-            best, best_loss = ld.tensor, loss
-    return best
+        group = [ld.tensor] + [n for n in in_names if n in prod]
+        group = [n for n in group if n not in exclude]
+        if group:
+            scored.append((-loss, ld.index, group))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    out = []
+    for _, _, group in scored:
+        if group not in out:
+            out.append(group)
+        if len(out) == k:
+            break
+    return out
 
 
 @dataclass
@@ -239,6 +249,9 @@ class Budget:
 
     def met(self, outputs: list[OutputDrift]) -> bool:
         return all(self.shortfall(o) <= 0 for o in outputs)
+
+    def total_shortfall(self, outputs: list[OutputDrift]) -> float:
+        return sum(max(self.shortfall(o), 0.0) for o in outputs)
 
     def shortfall(self, o: OutputDrift) -> float:
         if self.kind == "db":
