@@ -202,7 +202,9 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     tgt = parse_target(target)
     ir = read_model(data)
     model_sha = hashlib.sha256(data).hexdigest()
-    interp = Interpreter(model_content=data)
+    # MCU firmware plans like TFLM (activations may reuse input memory); Linux targets keep
+    # inputs intact as LiteRT does. The manifest records the arena the target will need.
+    interp = Interpreter(model_content=data, preserve_inputs=tgt.name != "mcu")
     interp.allocate_tensors()
     taken: set = set()
     inputs = _io_entries(ir, ir.main.inputs, taken)

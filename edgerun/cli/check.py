@@ -50,7 +50,7 @@ def _arena(model, data: bytes) -> tuple[int, str]:
     from edgerun.runtime.interpreter import Interpreter
 
     try:
-        it = Interpreter(model_content=data)
+        it = Interpreter(model_content=data, preserve_inputs=False)  # as the MCU firmware and TFLM plan
         it.allocate_tensors()
         return it.arena_bytes, "edgerun planner"
     except EdgerunError:

@@ -724,7 +724,7 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity) -> np.ndarray:
     return dense
 
 
-@register("DENSIFY", "float32", "int8")
+@register("DENSIFY", "float32", "float16", "int8")
 class Densify(Kernel):
     """Sparse constant (``Tensor.sparsity``) -> dense tensor; computed once, at prepare."""
 

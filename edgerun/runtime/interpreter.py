@@ -181,7 +181,11 @@ class SubgraphRunner:
             for o in st.outputs:
                 first.setdefault(o, si)
                 last[o] = max(last.get(o, si), si)
-        for o in g.outputs:
+        # Outputs stay readable after invoke(). Inputs too, by default (LiteRT semantics: a second
+        # invoke() without set_tensor() sees the same input); TFLM instead lets later tensors
+        # reuse input memory, which preserve_inputs=False reproduces for MCU arena figures.
+        keep = list(g.outputs) + (list(g.inputs) if self.interp._preserve_inputs else [])
+        for o in keep:
             if o in first:
                 last[o] = n_steps
         if self.interp._preserve_all:
@@ -260,12 +264,15 @@ class Interpreter:
         delegates: delegate names or instances, in priority order (see ``edgerun.delegate``).
         custom_ops: ``{custom_code: Kernel subclass}`` for CUSTOM ops, for this interpreter only.
         experimental_preserve_all_tensors: keep every intermediate readable after ``invoke``.
+        preserve_inputs: keep input tensors intact through ``invoke`` (LiteRT's behaviour). False
+            lets activations reuse input memory, as TFLM does: the smaller arena MCU targets get.
     """
 
     def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
                  experimental_delegates=None, num_threads: int | None = None,
                  experimental_op_resolver_type=None, experimental_preserve_all_tensors: bool = False,
-                 *, delegates=None, custom_ops: dict | None = None, model: Model | None = None):
+                 *, delegates=None, custom_ops: dict | None = None, model: Model | None = None,
+                 preserve_inputs: bool = True):
         if model is not None:
             self._model = model
         elif model_content is not None:
@@ -277,6 +284,7 @@ class Interpreter:
         self.num_threads = num_threads
         self._custom_ops = dict(custom_ops or {})
         self._preserve_all = experimental_preserve_all_tensors
+        self._preserve_inputs = preserve_inputs
         self._delegates = self._resolve_delegates(list(delegates or []) + list(experimental_delegates or []))
         self._profiling = False
         self._runners: dict[int, SubgraphRunner] = {}
