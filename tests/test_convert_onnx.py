@@ -509,3 +509,22 @@ def test_random_calibration_warns(tmp_path):
     p.write_bytes(m.SerializeToString())
     rep = convert(p, tmp_path / "o.tflite", calib="random")
     assert rep.calibration["random"] and any("RANDOM" in w for w in rep.warnings)
+
+
+def test_tf2onnx_style_nhwc_input(tmp_path):
+    """tf2onnx keeps TensorFlow's NHWC input and transposes to NCHW: the input stays NHWC, no TRANSPOSE."""
+    nodes = [h.make_node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+             h.make_node("Conv", ["xt", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"]),
+             h.make_node("Transpose", ["r"], ["y"], perm=[0, 2, 3, 1])]
+    m = make(nodes, [("x", ["N", 8, 8, 4])], [("y", ["N", 8, 8, 6])], [W("w", 6, 4, 3, 3), W("b", 6)])
+    p = tmp_path / "m.onnx"
+    p.write_bytes(m.SerializeToString())
+    calib = data_for(m)
+    rep = convert(p, tmp_path / "q.tflite", calib=calib)
+    q = read_model((tmp_path / "q.tflite").read_bytes())
+    assert [q.op_name(op) for op in q.main.operators] == ["CONV_2D"]
+    assert q.main.tensors[q.main.inputs[0]].shape == (1, 8, 8, 4)
+    assert q.main.tensors[q.main.outputs[0]].shape == (1, 8, 8, 6)
+    assert rep.outputs[0].sqnr_db > 30
+    assert rep.xnnpack_partitions in (None, 1)

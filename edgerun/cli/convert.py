@@ -70,9 +70,10 @@ def convert_cli(
         return
     c = console()
     for w in rep.warnings:
-        c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False)
+        c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False, soft_wrap=True)
     text = rep.format().split("\n")
-    c.print("\n".join(line for line in text if not line.startswith("WARNING:")), highlight=False, markup=False)
+    c.print("\n".join(line for line in text if not line.startswith("WARNING:")), highlight=False, markup=False,
+            soft_wrap=True)
 
 
 def _jsonable(obj):

@@ -50,6 +50,10 @@ class ConversionReport:
     timings: dict = field(default_factory=dict)
     warnings: list = field(default_factory=list)
     io: dict = field(default_factory=dict)
+    #: XNNPACK partitions edgerun's partitioner forms on the result (as `edgerun inspect` shows);
+    #: None when the xnnpack delegate is not installed
+    xnnpack_partitions: int | None = None
+    xnnpack_outside: list = field(default_factory=list)  # op types left outside XNNPACK
     model_bytes: bytes = field(default=b"", repr=False)
 
     def to_dict(self) -> dict:
@@ -60,7 +64,8 @@ class ConversionReport:
                 "budget_met": self.budget_met, "ops": self.ops, "transposes": self.transposes,
                 "size_bytes": self.size_bytes, "sha256": self.sha256,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}, "warnings": self.warnings,
-                "io": self.io}
+                "io": self.io, "xnnpack_partitions": self.xnnpack_partitions,
+                "xnnpack_outside": self.xnnpack_outside}
 
     def format(self) -> str:
         lines = []
@@ -95,6 +100,10 @@ class ConversionReport:
             lines.append(f"accuracy budget --max-drop {self.budget}: {state}; layers kept in float: {kept}")
         if self.float_ops:
             lines.append(f"ops running in float: {', '.join(sorted(set(self.float_ops)))}")
+        if self.xnnpack_partitions is not None:
+            lines.append(f"XNNPACK partitions: {self.xnnpack_partitions}"
+                         + (f" (outside: {', '.join(sorted(set(self.xnnpack_outside)))})" if self.xnnpack_outside
+                            else ""))
         if self.mode == "int8" and self.transposes:
             lines.append(f"note: {self.transposes} TRANSPOSE op(s) remain (layout changes the graph needs)")
         t = self.timings
@@ -170,7 +179,8 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
             feeds = {n: np.transpose(x, np.argsort(p)) for n, x, p in zip(in_names, sample, in_perms)}
             outs = sess.run([n for n, _ in io["outputs"]], feeds)
             return [np.transpose(o, p).astype(np.float32) for o, p in zip(outs, out_perms)]
-        layout_info = {"inputs": {n: _layout_name(p) for n, p in io["inputs"]},
+        layout_info = {"inputs": {n: "NHWC (as in the ONNX model)" if n in io.get("nhwc_inputs", ()) else _layout_name(p)
+                                  for n, p in io["inputs"]},
                        "outputs": {n: _layout_name(p) for n, p in io["outputs"]}}
         source_kind = "onnx"
         props = {p.key: p.value for p in model.metadata_props}
@@ -355,6 +365,21 @@ def _float_drift(reference, float_bytes, source, idx, out_names, progress):
                               else None, len(idx)) for nm, sh, a in zip(out_names, shapes or [], accs or [])]
 
 
+def _xnnpack_partitions(model: bytes):
+    """(partition count, op types outside them) from edgerun's partitioner with the xnnpack delegate."""
+    try:
+        from edgerun.runtime.interpreter import Interpreter
+        it = Interpreter(model_content=model, delegates=["xnnpack"])
+        it.allocate_tensors()
+        parts = list(it.partitions or [])
+        inside = {n for p in parts for n in p.nodes}
+        m = it.model
+        outside = [m.op_name(op) for i, op in enumerate(m.main.operators) if i not in inside]
+        return len(parts), outside
+    except Exception:  # noqa: BLE001  (no delegate framework, no LiteRT, or no kernel for an op)
+        return None, []
+
+
 def _finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0) -> ConversionReport:
     import hashlib
 
@@ -365,6 +390,7 @@ def _finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0) -> C
         ops[m.op_name(op)] = ops.get(m.op_name(op), 0) + 1
     rep.ops = ops
     rep.transposes = ops.get("TRANSPOSE", 0)
+    rep.xnnpack_partitions, rep.xnnpack_outside = _xnnpack_partitions(out_bytes)
     rep.size_bytes = len(out_bytes)
     rep.sha256 = hashlib.sha256(out_bytes).hexdigest()
     if out_path is not None:

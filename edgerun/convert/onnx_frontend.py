@@ -1195,6 +1195,11 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
             continue
         shp = pinned[inp.name]
         perm = NHWC[4] if (len(shp) == 4 and input_layout.upper() == "NHWC") else _ident(len(shp))
+        users = [nd for nd in model.graph.node if inp.name in nd.input]
+        if len(shp) == 4 and users and all(nd.op_type == "Transpose" and list(L.attr(nd, "perm") or []) == [0, 3, 1, 2]
+                                           for nd in users):
+            perm = _ident(4)  # already NHWC (tf2onnx): its Transpose to NCHW becomes a relabelling
+            io.setdefault("nhwc_inputs", []).append(inp.name)
         elem = inp.type.tensor_type.elem_type
         if elem != onnx.TensorProto.FLOAT:
             raise ConversionError(f"input '{inp.name}' is {onnx.TensorProto.DataType.Name(elem)}; the converter "
