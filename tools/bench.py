@@ -37,7 +37,7 @@ def models() -> dict[str, bytes]:
     for p in sorted((ROOT / "models").glob("*.tflite")):
         out[f"models/{p.name}"] = p.read_bytes()
     mp = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures")) / "mediapipe-0.10.14"
-    for name in ("face_detection_short_range.tflite", "selfie_segmentation.tflite"):
+    for name in ("face_detection_short_range.tflite", "palm_detection_lite.tflite"):
         if (mp / name).exists():
             out[f"mediapipe {name} (float16 weights)"] = (mp / name).read_bytes()
     return out
