@@ -108,8 +108,10 @@ class SerialLink:
     """A framed, acknowledged request/response link to edgerun firmware."""
 
     def __init__(self, port: str, baud: int = DEFAULT_BAUD, *, retries: int = RETRIES,
-                 ack_timeout: float = ACK_TIMEOUT_S, serial_obj=None):
+                 ack_timeout: float = ACK_TIMEOUT_S, slow_timeout: float | None = None, serial_obj=None):
+        """``slow_timeout`` replaces LONG_TIMEOUT_S / INVOKE_TIMEOUT_S (a fast local device)."""
         self.port, self.baud, self.retries, self.ack_timeout = port, baud, retries, ack_timeout
+        self.slow_timeout = slow_timeout
         self.ser = serial_obj if serial_obj is not None else open_port(port, baud)
         self.parser = P.FrameParser()
         self.seq = int(time.monotonic_ns()) & 0xFFFF  # a fresh link never reuses the last seq
@@ -155,7 +157,12 @@ class SerialLink:
         self.seq = (self.seq + 1) & 0xFFFF
         frame = P.encode(cmd, self.seq, payload)
         name = P.COMMAND_NAMES.get(cmd, hex(cmd))
-        wait = (timeout if timeout is not None else SLOW_COMMANDS.get(cmd, self.ack_timeout))
+        if timeout is not None:
+            wait = timeout
+        elif cmd in SLOW_COMMANDS:
+            wait = self.slow_timeout if self.slow_timeout is not None else SLOW_COMMANDS[cmd]
+        else:
+            wait = self.ack_timeout
         wait += 2 * self._wire_time(len(frame) + P.FRAME_OVERHEAD + self.max_payload)
         attempts = self.retries if retries is None else retries
         for attempt in range(attempts):
