@@ -415,7 +415,7 @@ def mobilenet_block(opset=13):
     return make(nodes, [("x", ["N", 3, 16, 16])], [("y", ["N", 10])], inits, opset=opset)
 
 
-@pytest.mark.parametrize("opset", [11, 13, 17])
+@pytest.mark.parametrize("opset", [11, 13, 17, 21])
 def test_mobilenet_block(opset, tmp_path):
     m = mobilenet_block(opset)
     rep, q = check(m, tmp_path, sqnr=25, per_layer=True)
@@ -528,3 +528,59 @@ def test_tf2onnx_style_nhwc_input(tmp_path):
     assert q.main.tensors[q.main.outputs[0]].shape == (1, 8, 8, 6)
     assert rep.outputs[0].sqnr_db > 30
     assert rep.xnnpack_partitions in (None, 1)
+
+
+def test_qdq_model_from_onnxruntime_quantize_static(tmp_path):
+    """A QDQ model (per-channel weights, as ONNX Runtime writes it) converts: the weights' DequantizeLinear
+    folds, the activations' Q/DQ pairs drop out, and the result is the same plain int8 graph."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    m = mobilenet_block(13)
+    src = tmp_path / "f.onnx"
+    src.write_bytes(m.SerializeToString())
+    calib = data_for(m)[0]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": c[None]} for c in calib[:16]])
+
+        def get_next(self):
+            return next(self.it, None)
+    qdq = tmp_path / "qdq.onnx"
+    quantize_static(str(src), str(qdq), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(str(qdq)).graph.node}
+    assert "DequantizeLinear" in ops and "QuantizeLinear" in ops
+    convert(qdq, tmp_path / "q.tflite", calib=calib)
+    qb = (tmp_path / "q.tflite").read_bytes()
+    q = read_model(qb)
+    assert [q.op_name(op) for op in q.main.operators] == ["PAD", "CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D", "ADD",
+                                                          "MEAN", "RESHAPE", "FULLY_CONNECTED", "SOFTMAX"]
+    # against the *float* model (the QDQ model's weights carry ONNX Runtime's rounding)
+    from edgerun.convert.drift import Int8Runner
+    run = Int8Runner(qb)
+    sess = session(m)
+    ref = np.concatenate([sess.run(None, {"x": c[None]})[0] for c in calib[-8:]])
+    got = np.concatenate([run([np.transpose(c[None], (0, 2, 3, 1))])[0] for c in calib[-8:]])
+    assert 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2)) > 25
+
+
+def test_shipped_digits_model_accuracy(tmp_path):
+    """The README's main job: int8 within 1 point of float on the 360-image test split, and the edgerun
+    interpreter's int8 outputs identical to LiteRT's reference kernels."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "digits_int8.tflite"
+    rep = convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"))
+    q = read_model(out.read_bytes())
+    assert [q.op_name(op) for op in q.main.operators] == ["CONV_2D", "MAX_POOL_2D", "CONV_2D", "MAX_POOL_2D",
+                                                          "RESHAPE", "FULLY_CONNECTED", "FULLY_CONNECTED", "SOFTMAX"]
+    assert rep.outputs[0].top1_agreement == 100.0 and rep.outputs[0].sqnr_db > 40
+    assert "edgerun.preprocessing" in q.metadata_dict()
+    import sys
+    sys.path.insert(0, str(root))
+    from tools.eval_digits import evaluate
+    r = evaluate(out)
+    assert r["float_accuracy"] > 97 and abs(r["float_accuracy"] - r["int8_accuracy"]) <= 1.0, r
+    if not has_int8_kernels(out.read_bytes()):
+        assert r["edgerun_bit_exact_with_litert_ref"]

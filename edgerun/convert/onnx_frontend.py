@@ -185,6 +185,37 @@ def _identity(L, n):
         L.vals[n.output[0]].views = v.views
 
 
+@lowers("QuantizeLinear", "DequantizeLinear")
+def _fake_quant(L, n):
+    """QDQ models (ONNX Runtime's quantize_static, QAT exports).
+
+    Constant weights behind DequantizeLinear fold to float constants by themselves. A
+    QuantizeLinear -> DequantizeLinear pair on an activation is dropped (every activation is
+    recalibrated), except for what it means as a clamp: quantizers remove a Relu / Clip(0, 6)
+    before a QuantizeLinear whose zero point is the lowest integer, because saturation does the
+    clamping. Such a QuantizeLinear becomes that Relu (or Relu6 when the range ends at 6) again.
+    """
+    v = L.val(n.input[0])
+    if v.const is not None:
+        raise L.unsupported("a constant input that could not be folded")
+    if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[2] and L.is_const(n.input[1]):
+        zp = np.asarray(L.cval(n.input[2]))
+        scale = np.asarray(L.cval(n.input[1]), np.float64)
+        if zp.size == 1 and scale.size == 1 and zp.dtype in (np.int8, np.uint8, np.int16, np.uint16):
+            info = np.iinfo(zp.dtype)
+            prod = L.producer(v.tensor)
+            already = prod is not None and (prod.op in ("SOFTMAX", "LOGISTIC", "RELU", "RELU6")
+                                            or prod.options.get("fused_activation_function", 0) in
+                                            (Activation.RELU, Activation.RELU6))
+            if int(zp.reshape(-1)[0]) == info.min and not already:
+                hi = float(scale.reshape(-1)[0]) * (info.max - info.min)
+                act = Activation.RELU6 if abs(hi - 6.0) <= 0.02 * 6.0 else Activation.RELU
+                if not _fuse_activation(L, n, act):
+                    _unary(L, n, "RELU6" if act == Activation.RELU6 else "RELU")
+                return
+    _identity(L, n)
+
+
 @lowers("Cast")
 def _cast(L, n):
     import onnx
@@ -416,8 +447,7 @@ def _fold_affine_into_producer(L, src, mul, add, out_name) -> bool:
     if op.op == "CONV_2D" and v.perm[-1] != 1:
         return False
     g = L.g
-    wi = op.inputs[1] if op.op != "TRANSPOSE_CONV" else op.inputs[1]
-    w = g.tensors[wi]
+    w = g.tensors[op.inputs[1]]  # filter / weights: input 1 for all four ops
     nout = w.data.shape[3] if op.op == "DEPTHWISE_CONV_2D" else w.data.shape[0]
     mul = np.broadcast_to(np.asarray(mul, np.float32), (nout,)) if mul is not None else np.ones(nout, np.float32)
     add = np.broadcast_to(np.asarray(add, np.float32), (nout,)) if add is not None else np.zeros(nout, np.float32)
@@ -983,7 +1013,7 @@ def _resize(L, n):
 
 @lowers("DepthToSpace", "SpaceToDepth")
 def _d2s(L, n):
-    v = _spatial_4d(L, n)
+    _spatial_4d(L, n)
     bs = int(L.attr(n, "blocksize"))
     if n.op_type == "DepthToSpace" and (L.attr(n, "mode", b"DCR") in (b"CRD", "CRD")):
         raise L.unsupported("DepthToSpace mode CRD")

@@ -170,7 +170,6 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     if io_type not in ("int8", "uint8", "float32"):
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
     fops = float_ops(g, keep_float)
-    prod = g.producers()
     is_act = [t.data is None for t in g.tensors]
     # which activation tensors are int8: produced by an int8 op, or a graph input read by one
     q_act = set()

@@ -16,7 +16,7 @@ import numpy as np
 
 from edgerun.convert.graph import Graph
 from edgerun.errors import ConversionError, UnsupportedOpError
-from edgerun.schema.tflite import DimensionType  # noqa: F401  (sparsity level formats)
+from edgerun.schema.tflite import DimensionType
 
 
 def densify(values: np.ndarray, shape: tuple, sparsity) -> np.ndarray:
