@@ -1,0 +1,101 @@
+"""End to end on the emulated board: build the mps2-an386 firmware, start QEMU with the serial
+port on a TCP socket, flash the shipped int8 model through socket://, run it, and compare the
+outputs with the host byte for byte. Skipped only when arm-none-eabi-gcc or qemu-system-arm is
+missing (tools/install.sh installs both)."""
+
+import hashlib
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make
+from firmware_models import mcu_small, op_models
+
+from edgerun._litert import make_interpreter
+from edgerun.deploy import protocol as P
+from edgerun.deploy.flash import flash, model_info, run_with_link, verify_on_device
+from edgerun.deploy.serial_link import SerialLink
+from edgerun.testing import random_inputs, run_litert
+
+pytestmark = pytest.mark.skipif(have_arm_toolchain() is not None, reason=str(have_arm_toolchain()))
+SHIPPED = ROOT / "models" / "mcu_small.tflite"
+
+
+def qemu_command(elf, port: int) -> list[str]:
+    return ["qemu-system-arm", "-M", "mps2-an386", "-display", "none", "-monitor", "none",
+            "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
+            "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
+
+
+@pytest.fixture(scope="module")
+def board():
+    make("mps2")
+    port = free_port()
+    q = subprocess.Popen(qemu_command(MPS2_ELF, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # QEMU listens before the guest starts (wait=on)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            assert q.poll() is None, q.stderr.read().decode()
+            time.sleep(0.05)
+    yield q, f"socket://127.0.0.1:{port}"
+    if q.poll() is None:
+        q.kill()
+        q.wait()
+
+
+def test_shipped_model_matches_its_generator():
+    assert SHIPPED.read_bytes() == mcu_small(7), "models/mcu_small.tflite is stale: run tools/make_mcu_model.py"
+
+
+def test_flash_and_run_on_emulated_board(board):
+    q, url = board
+    model = SHIPPED.read_bytes()
+    with SerialLink(url) as link:
+        hello = link.hello()
+        assert hello.board == "mps2-an386" and hello.max_payload == 4096
+        r = flash(SHIPPED, url, link=link)
+        assert not r.skipped and r.size == len(model)
+        info = model_info(link)
+        assert info.sha256 == hashlib.sha256(model).hexdigest()
+        details = make_interpreter(model, reference=True).get_input_details()
+        for seed in range(5):
+            x = random_inputs(details, seed=seed)
+            got, us = run_with_link(link, x, info)
+            want = run_litert(model, x, reference=True)
+            assert got[0].dtype == want[0].dtype and got[0].tobytes() == want[0].tobytes()
+            assert us > 0
+        assert flash(SHIPPED, url, link=link).skipped  # same hash: no transfer
+    report = verify_on_device(SHIPPED, url)  # a fresh connection: the board kept running
+    assert report["ok"], report
+
+
+def test_op_models_bit_exact_on_cortex_m4(board):
+    """newlib's expf/roundf and the M4F's single-precision FPU must give LiteRT's bytes too."""
+    q, url = board
+    models = op_models(3)
+    names = ["softmax_beta1.0", "logistic", "mean_hw_nokeep", "quantize_requantize_dequantize",
+             "add_b1x1x1x4", "mul_b4", "dw_valid_s2_mult2", "fc_per_tensor", "average_pool_2d_same_k3s2"]
+    with SerialLink(url) as link:
+        link.hello()
+        for name in names:
+            m = models[name]
+            flash(m, url, link=link)
+            details = make_interpreter(m, reference=True).get_input_details()
+            for seed in range(2):
+                x = random_inputs(details, seed=seed)
+                got, _ = run_with_link(link, x)
+                want = run_litert(m, x, reference=True)
+                assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+
+
+def test_exit_through_semihosting(board):
+    q, url = board
+    with SerialLink(url) as link:
+        link.hello()
+        link.request(P.CMD_EXIT, b"\0")
+    assert q.wait(10) == 0
