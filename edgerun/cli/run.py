@@ -88,6 +88,8 @@ def run_cli(
     profile: bool = typer.Option(False, "--profile", help="Print time per op type."),
     delegate: str = typer.Option(None, "--delegate", help="Delegates in priority order, e.g. xnnpack,mcu."),
     verify: bool = typer.Option(False, "--verify", help="Bundles: run the golden vectors and compare."),
+    device: str = typer.Option(None, "--device",
+                               help="Run on edgerun firmware at this serial port or URL (flashes it when needed)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
 ):
     """Run MODEL on inputs (random ones if none are given) and print its outputs.
@@ -95,6 +97,14 @@ def run_cli(
     Classifier outputs show the top-k classes. Bundles apply their own preprocessing and labels;
     `--verify` checks the bundle's golden vectors.
     """
+    if device:  # on a microcontroller: edgerun.deploy.flash
+        from edgerun.deploy.flash import device_run_report
+
+        report = device_run_report(model, device, input, verify=verify)
+        emit_json(report) if json_out else console().print(report)
+        if report.get("verified") is False:
+            raise typer.Exit(1)
+        return
     image_options = {k: v for k, v in dict(size=size, mean=mean, std=std, scale=scale, layout=layout,
                                            channel_order=channel_order).items() if v is not None}
     if model.suffix == ".bundle":

@@ -360,3 +360,36 @@ def list_devices(probe: bool = False, extra_ports: list[str] | None = None, baud
                 d["firmware"] = None
                 d["error"] = str(e)
     return found
+
+
+def device_run_report(model_path, port: str, inputs=(), *, verify: bool = False, baud: int = DEFAULT_BAUD,
+                      progress=None) -> dict:
+    """``edgerun run MODEL --device PORT [--verify]``: flash when the device runs something else,
+    then run the golden vectors (``verify``) or the given .npy inputs (random ones if none) there."""
+    if verify:
+        report = verify_on_device(model_path, port, baud, progress=progress)
+        report["verified"] = report["ok"]
+        return report
+    data, _ = model_bytes(model_path)
+    with SerialLink(port, baud) as link:
+        link.hello()
+        info = None
+        try:
+            info = model_info(link)
+        except DeviceError:
+            pass
+        flashed = None
+        if info is None or info.sha256 != hashlib.sha256(data).hexdigest():
+            flashed = flash(data, port, baud, progress, link=link).to_dict()
+            info = model_info(link)
+        if inputs:
+            xs = [np.load(str(p)) for p in inputs]
+        else:
+            from edgerun.testing import random_inputs
+
+            xs = random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
+        outs, us = run_with_link(link, xs, info)
+    return {"port": port, "model_sha256": info.sha256, "device_us": us, "flash": flashed,
+            "inputs": "random" if not inputs else [str(p) for p in inputs],
+            "outputs": [{"shape": list(o.shape), "dtype": o.dtype.name, "values": o.tolist() if o.size <= 64 else None}
+                        for o in outs]}

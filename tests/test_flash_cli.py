@@ -1,0 +1,69 @@
+"""edgerun flash / devices / run --device against the posix firmware over socket:// (pyserial URL)."""
+
+import json
+
+import pytest
+from firmware_harness import tcp_firmware
+from firmware_models import mcu_small
+from typer.testing import CliRunner
+
+from edgerun.cli import build_app, main
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
+    yield url
+    fw.stop()
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    p = tmp_path_factory.mktemp("m") / "small.tflite"
+    p.write_bytes(mcu_small(11))
+    return p
+
+
+def _json(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_flash_then_skip(device, model_file):
+    runner = CliRunner()
+    app = build_app()
+    first = _json(runner.invoke(app, ["flash", str(model_file), "--port", device, "--json"]))
+    assert first["skipped"] is False and first["size"] == model_file.stat().st_size
+    assert first["board"] == "posix" and first["payload_bytes"] == first["size"]
+    again = _json(runner.invoke(app, ["flash", str(model_file), "--port", device, "--json"]))
+    assert again["skipped"] is True and again["sha256"] == first["sha256"]
+    text = runner.invoke(app, ["flash", str(model_file), "--port", device])
+    assert text.exit_code == 0 and "already runs" in text.stdout
+
+
+def test_devices_probe(device, model_file):
+    runner = CliRunner()
+    out = _json(runner.invoke(build_app(), ["devices", "--probe", "--port", device, "--json"]))
+    mine = [d for d in out if d["port"] == device]
+    assert len(mine) == 1 and mine[0]["firmware"]["board"] == "posix"
+    assert mine[0]["firmware"]["slot_bytes"] == 1024 * 1024
+
+
+def test_bundle_run_device_verify(device, tmp_path):
+    from edgerun.bundle import write_bundle
+
+    bundle = write_bundle(mcu_small(12), tmp_path / "small.bundle", target="mcu")
+    runner = CliRunner()
+    rep = _json(runner.invoke(build_app(), ["run", str(bundle), "--device", device, "--verify", "--json"]))
+    assert rep["ok"] is True and rep["reference"] == "golden" and len(rep["cases"]) >= 1
+    assert all(o["identical"] for c in rep["cases"] for o in c["outputs"])
+    # and flashing the bundle itself: the device already holds that model
+    rep = _json(runner.invoke(build_app(), ["flash", str(bundle), "--port", device, "--json"]))
+    assert rep["skipped"] is True
+
+
+def test_unreachable_port_is_one_clean_error(capsys, model_file):
+    rc = main(["flash", str(model_file), "--port", "socket://127.0.0.1:1", "--json"])
+    assert rc != 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"] == "LinkError" and "127.0.0.1:1" in out["message"]
