@@ -150,7 +150,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     """
     from edgerun.convert import calibrate as cal
     from edgerun.convert import drift
-    from edgerun.convert.quantize import float_ops, quantize_graph
+    from edgerun.convert.quantize import RULES, float_ops, quantize_graph
 
     t0 = time.perf_counter()
     path = Path(model_path)
@@ -288,7 +288,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
                 tg, tb = build(set(trial))
                 outs = drift.output_drift(reference, tb, source, eval_idx, out_names)
                 score = budget.total_shortfall(outs)
-                if best is None or score < best[0] - 1e-9:
+                if best is None or (score, len(trial)) < (best[0] - 1e-9, len(best[1])):
                     best = (score, trial, tg, tb, outs)
             if best is None:
                 break
@@ -298,6 +298,15 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
         if not rep.budget_met:
             warnings.append(f"the accuracy budget --max-drop {budget.text} is not met even with "
                             f"{len(kept)} layer(s) in float")
+    prod = g.producers()
+    for o, t in zip(rep.outputs, g.outputs):
+        op = g.ops[prod[t]] if t in prod else None
+        rule = RULES.get(op.op) if op is not None else None
+        if rule is not None and rule.kind == "fixed" and o.sqnr_db < 20 and o.name not in kept:
+            s, z = rule.fixed
+            warnings.append(f"output '{o.name}' comes from {op.op}, whose int8 output has the spec's fixed step "
+                            f"{s:g}: values below {s / 2:g} read as 0 (SQNR {o.sqnr_db:.1f} dB). Compare on its input "
+                            f"instead, or keep it in float with --max-drop (e.g. --max-drop 30dB)")
     if per_layer:
         rep.layers = drift.layer_drift(float_bytes, q_bytes, source, eval_idx, kept_float=set(kept))
     timings["evaluate"] = time.perf_counter() - t1

@@ -193,9 +193,10 @@ def float_candidates(layers: list[LayerDrift], g, exclude: set[str], k: int = 3)
     """Up to ``k`` sets of op outputs (tensor names) to try keeping in float, most promising first.
 
     A layer's loss is its inputs' SQNR minus its output's SQNR (dB): error it adds, not error it
-    inherits. Much of that error is often made when its *input* is quantized (an outlier channel
-    coarsens one per-tensor scale for all channels), so each candidate is the layer together with
-    the producers of its activation inputs: the tensor between them then stays float.
+    inherits. For each of the ``k`` worst layers two candidates are tried: the layer alone, and
+    the layer with the producers of its activation inputs, because much of the error is often
+    made when its *input* is quantized (an outlier channel coarsens one per-tensor scale for all
+    channels) and then the tensor between them must stay float.
     """
     by_name = {ld.tensor: ld for ld in layers}
     prod = {g.tensors[o].name: op for op in g.ops for o in op.outputs}
@@ -214,11 +215,10 @@ def float_candidates(layers: list[LayerDrift], g, exclude: set[str], k: int = 3)
             scored.append((-loss, ld.index, group))
     scored.sort(key=lambda s: (s[0], s[1]))
     out = []
-    for _, _, group in scored:
-        if group not in out:
-            out.append(group)
-        if len(out) == k:
-            break
+    for _, _, group in scored[:k]:
+        for cand in ([group[0]], group):
+            if cand not in out:
+                out.append(cand)
     return out
 
 
