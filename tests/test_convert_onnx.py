@@ -584,3 +584,21 @@ def test_shipped_digits_model_accuracy(tmp_path):
     assert r["float_accuracy"] > 97 and abs(r["float_accuracy"] - r["int8_accuracy"]) <= 1.0, r
     if not has_int8_kernels(out.read_bytes()):
         assert r["edgerun_bit_exact_with_litert_ref"]
+
+
+def test_conv1d_pool1d_keyword_spotting_style(tmp_path):
+    """1-D convolutions (audio): lowered as height-1 CONV_2D between free RESHAPEs."""
+    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[2, 2], strides=[2]),
+             h.make_node("BatchNormalization", ["c1", "g", "bb", "m", "v"], ["bn"]),
+             h.make_node("Relu", ["bn"], ["r1"]),
+             h.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2], strides=[2]),
+             h.make_node("Conv", ["p1", "w2"], ["c2"], group=8, pads=[1, 1], kernel_shape=[3]),
+             h.make_node("GlobalAveragePool", ["c2"], ["gp"]),
+             h.make_node("Flatten", ["gp"], ["f"]),
+             h.make_node("Gemm", ["f", "wf"], ["y"], transB=1)]
+    inits = [W("w1", 8, 1, 5), W("b1", 8), W("g", 8), W("bb", 8), W("m", 8), W("v", 8, positive=True),
+             W("w2", 8, 1, 3), W("wf", 4, 8)]
+    m = make(nodes, [("x", ["N", 1, 64])], [("y", ["N", 4])], inits)
+    rep, q = check(m, tmp_path, sqnr=25)
+    ops = op_names(q)
+    assert "TRANSPOSE" not in ops and ops.count("CONV_2D") == 1 and ops.count("DEPTHWISE_CONV_2D") == 1, ops

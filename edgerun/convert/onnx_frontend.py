@@ -233,13 +233,30 @@ def _transpose(L, n):
     L.set_act(n.output[0], v.tensor, [qinv[p] for p in v.perm])
 
 
+def _through_reshape(L, tensor):
+    """The op that really computes ``tensor``: its producer, or, when that is a RESHAPE which keeps the
+    last (channel) axis and whose input feeds nothing else, the RESHAPE's producer (elementwise
+    activations and per-channel affine maps commute with such a reshape)."""
+    op = L.producer(tensor)
+    if op is None or op.op != "RESHAPE":
+        return op
+    src = op.inputs[0]
+    if L.g.tensors[src].shape[-1:] != L.g.tensors[tensor].shape[-1:] or src in L.g.inputs:
+        return op
+    if sum(src in o.inputs for o in L.g.ops) != 1 or any(v.tensor == src and v.name in L.graph_outputs
+                                                         for v in L.vals.values()):
+        return op
+    inner = L.producer(src)
+    return inner if inner is not None else op
+
+
 def _fuse_activation(L, n, act) -> bool:
     """Fuse ``act`` into the producer of n.input[0] when that is safe."""
     src = n.input[0]
     v = L.val(src)
     if v.const is not None or not L.single_use(src) or v.views:
         return False
-    op = L.producer(v.tensor)
+    op = _through_reshape(L, v.tensor)
     if op is None or op.op not in FUSABLE or op.options.get("fused_activation_function", 0) != 0:
         return False
     op.options["fused_activation_function"] = act
@@ -437,7 +454,7 @@ def _fold_affine_into_producer(L, src, mul, add, out_name) -> bool:
     v = L.val(src)
     if v.const is not None or not L.single_use(src) or v.views:
         return False
-    op = L.producer(v.tensor)
+    op = _through_reshape(L, v.tensor)
     if op is None or op.op not in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
         return False
     if op.options.get("fused_activation_function", 0) != 0:
@@ -584,8 +601,58 @@ def _spatial_4d(L, n):
     return v
 
 
+def _via_2d(L, n, fn):
+    """Lower a 1-D Conv / ConvTranspose / pooling node as its 2-D form with height 1.
+
+    The (N, C, L) activation lives as (N, L, C) in TFLite; a RESHAPE to (N, 1, L, C) and back around
+    the 2-D op costs no data movement.
+    """
+    import onnx
+    v = L.val(n.input[0])
+    x4 = n.input[0] + "_as2d"
+    L.shapes[x4] = (v.shape[0], v.shape[1], 1, v.shape[2])
+    t = L.get(n.input[0], NHWC[3])
+    t4 = L.g.tensor(x4, _perm_shape(L.shapes[x4], NHWC[4]))
+    L.emit("RESHAPE", [t, L.g.const(x4 + "_shape", np.array(L.g.tensors[t4].shape, np.int32))], [t4],
+           new_shape=list(L.g.tensors[t4].shape))
+    L.vals[x4] = Value(x4, L.shapes[x4], tensor=t4, perm=NHWC[4])
+    inputs = [x4] + list(n.input[1:])
+    if len(n.input) > 1 and n.input[1] and L.is_const(n.input[1]):
+        w = np.asarray(L.cval(n.input[1]))
+        L.vals[n.input[1] + "_as2d"] = Value(n.input[1] + "_as2d", w.shape[:2] + (1,) + w.shape[2:],
+                                             const=w[:, :, None, :])
+        inputs[1] = n.input[1] + "_as2d"
+    out = n.output[0]
+    o4 = out + "_as2d"
+    so = L.shapes[out]
+    L.shapes[o4] = (so[0], so[1], 1, so[2])
+    attrs = {}
+    for a in n.attribute:
+        val = onnx.helper.get_attribute_value(a)
+        if a.name in ("kernel_shape", "strides", "dilations", "output_padding"):
+            val = [1] + list(val)
+        elif a.name == "pads":
+            val = [0, val[0], 0, val[1]]
+        elif isinstance(val, bytes):
+            val = val.decode()
+        attrs[a.name] = val
+    n4 = onnx.helper.make_node(n.op_type, inputs, [o4], name=(n.name or out) + "_as2d", **attrs)
+    node = L.node
+    L.node = n4
+    fn(L, n4)
+    L.node = node
+    v4 = L.vals[o4]
+    t_out = L.get(o4, NHWC[4])
+    res = L.new_out(out, NHWC[3])
+    L.emit("RESHAPE", [t_out, L.g.const(out + "_shape", np.array(L.g.tensors[res].shape, np.int32))], [res],
+           new_shape=list(L.g.tensors[res].shape))
+    del v4
+
+
 @lowers("Conv")
 def _conv(L, n):
+    if L.val(n.input[0]).rank == 3:
+        return _via_2d(L, n, _conv)
     v = _spatial_4d(L, n)
     w = np.asarray(L.cval(n.input[1], "weight"), np.float32)
     bias = np.asarray(L.cval(n.input[2], "bias"), np.float32) if len(n.input) > 2 and n.input[2] else None
@@ -631,6 +698,8 @@ def _conv(L, n):
 
 @lowers("ConvTranspose")
 def _conv_transpose(L, n):
+    if L.val(n.input[0]).rank == 3:
+        return _via_2d(L, n, _conv_transpose)
     v = _spatial_4d(L, n)
     w = np.asarray(L.cval(n.input[1], "weight"), np.float32)  # (Cin, Cout/group, kh, kw)
     bias = np.asarray(L.cval(n.input[2], "bias"), np.float32) if len(n.input) > 2 and n.input[2] else None
@@ -672,6 +741,8 @@ def _conv_transpose(L, n):
 
 @lowers("MaxPool", "AveragePool")
 def _pool(L, n):
+    if L.val(n.input[0]).rank == 3:
+        return _via_2d(L, n, _pool)
     v = _spatial_4d(L, n)
     out = n.output[0]
     if len(n.output) > 1 and n.output[1]:
@@ -1276,8 +1347,35 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
         L.g.outputs.append(t)
         io["outputs"].append((out.name, perm))
     L.g.prune()
+    _collapse_reshapes(L.g)
     _check_float(L.g)
     return L.g, io
+
+
+def _collapse_reshapes(g: Graph) -> None:
+    """RESHAPE(RESHAPE(x)) -> RESHAPE(x) when the middle tensor feeds nothing else; drop RESHAPEs to
+    the shape they already have (unless they produce a graph output)."""
+    changed = True
+    while changed:
+        changed = False
+        prod = g.producers()
+        cons = g.consumers()
+        for op in g.ops:
+            if op.op != "RESHAPE":
+                continue
+            src = op.inputs[0]
+            p = prod.get(src)
+            if p is not None and g.ops[p].op == "RESHAPE" and len(cons.get(src, [])) == 1 and src not in g.outputs:
+                op.inputs[0] = g.ops[p].inputs[0]
+                changed = True
+                break
+            out = op.outputs[0]
+            if g.tensors[src].shape == g.tensors[out].shape and out not in g.outputs and src not in g.inputs:
+                g.replace_uses(out, src)
+                g.ops.remove(op)
+                changed = True
+                break
+        g.prune()
 
 
 def _check_float(g: Graph) -> None:
