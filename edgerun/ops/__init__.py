@@ -12,3 +12,9 @@ _NOT_KERNELS = {"registry", "fixedpoint", "common"}
 for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _info.name not in _NOT_KERNELS and not _info.name.startswith("_"):
         _importlib.import_module(f"edgerun.ops.{_info.name}")
+
+# Each OpDef's quantization rule (TFLite's int8 spec) comes from the converter's table, so the
+# interpreter, delegates and the converter read one source (numpy-only import).
+from edgerun.convert.quantize import install_rules as _install_rules  # noqa: E402
+
+_install_rules()
