@@ -115,8 +115,8 @@ def check(m, tmp_path, *, sqnr=30.0, calib=None, tflm=True, io_type="int8", exac
         assert o.sqnr_db >= sqnr, f"output {o.name}: SQNR {o.sqnr_db:.1f} dB < {sqnr} dB\n{rep.format()}"
     xq = int8_inputs(qbytes, sample, perms)
     want = run_litert(qbytes, xq, reference=True)
-    missing = has_int8_kernels(qbytes)
-    if exact and not missing:
+    if exact:
+        assert not has_int8_kernels(qbytes), f"edgerun lacks kernels for {has_int8_kernels(qbytes)}"
         got = run_edgerun(qbytes, xq)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and np.array_equal(g, w), f"edgerun vs LiteRT ref: max diff " \
@@ -582,8 +582,7 @@ def test_shipped_digits_model_accuracy(tmp_path):
     from tools.eval_digits import evaluate
     r = evaluate(out)
     assert r["float_accuracy"] > 97 and abs(r["float_accuracy"] - r["int8_accuracy"]) <= 1.0, r
-    if not has_int8_kernels(out.read_bytes()):
-        assert r["edgerun_bit_exact_with_litert_ref"]
+    assert r["edgerun_bit_exact_with_litert_ref"]
 
 
 def test_conv1d_pool1d_keyword_spotting_style(tmp_path):
