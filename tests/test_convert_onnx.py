@@ -78,16 +78,18 @@ def int8_inputs(model_bytes, sample_onnx_layout, perms):
 
 
 def has_int8_kernels(model_bytes) -> list[str]:
+    """(op/dtype) pairs of the model that edgerun has no kernel for (dtype chosen as the registry does)."""
     import edgerun.ops  # noqa: F401  (registers kernels)
-    from edgerun.ops.registry import REGISTRY
+    from edgerun.ops.registry import REGISTRY, NodeContext
     m = read_model(model_bytes)
+    g = m.main
     missing = []
-    for op in m.main.operators:
+    for i, op in enumerate(g.operators):
         name = m.op_name(op)
-        t = m.main.tensors[op.inputs[0]] if op.inputs and op.inputs[0] >= 0 else m.main.tensors[op.outputs[0]]
-        dt = t.dtype if name not in ("QUANTIZE", "DEQUANTIZE") else m.main.tensors[op.outputs[0]].dtype
         d = REGISTRY.get(name)
-        if d is None or not d.kernels or (dt not in d.kernels and name not in ("QUANTIZE", "DEQUANTIZE")):
+        ctx = NodeContext(m, g, i, op, name, [t.shape for t in g.tensors])
+        dt = d.key(ctx) if d is not None else "?"
+        if d is None or dt not in d.kernels:
             missing.append(f"{name}/{dt}")
     return missing
 
