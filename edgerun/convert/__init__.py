@@ -167,7 +167,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     # -- frontend ------------------------------------------------------------------------------
     if _is_onnx(path, data):
         from edgerun.convert import onnx_frontend as ox
-        model = ox.load_onnx(str(path))  # from the path, so external weight files load too
+        model = ox.fold_constant_dequantize(ox.load_onnx(str(path)))  # path: external weight files load too
         g, io = ox.onnx_to_graph(model, ox.parse_input_shapes(input_shape), input_layout)
         pinned_model = ox.with_fixed_inputs(model, io["input_shapes"])
         sess = ox.session(pinned_model)

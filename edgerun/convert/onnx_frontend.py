@@ -1254,6 +1254,49 @@ def probe(model, shapes: dict, seed: int = 0):
     return {o.name: a for o, a in zip(sess.get_outputs(), outs)}
 
 
+def fold_constant_dequantize(model):
+    """A copy of ``model`` whose DequantizeLinear nodes on constants are replaced by float initializers.
+
+    QDQ models written for opset 11 / 12 often carry per-channel weights as DequantizeLinear with an
+    ``axis`` attribute, which only opset 13 defines (ONNX Runtime refuses them); the arithmetic,
+    ``(x - zero_point) * scale`` along ``axis``, is done here instead. Returns ``model`` itself when
+    there is nothing to fold.
+    """
+    import copy
+
+    from onnx import numpy_helper
+    inits = {i.name: i for i in model.graph.initializer}
+    todo = [n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input
+            and all((not i) or i in inits for i in n.input)]
+    if not todo:
+        return model
+    m = copy.deepcopy(model)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    keep = []
+    new_inits = []
+    for n in m.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input and all((not i) or i in inits for i in n.input):
+            x = inits[n.input[0]].astype(np.float64)
+            scale = inits[n.input[1]].astype(np.float64)
+            zp = inits[n.input[2]].astype(np.float64) if len(n.input) > 2 and n.input[2] else np.zeros_like(scale)
+            axis = 1
+            for a in n.attribute:
+                if a.name == "axis":
+                    axis = a.i
+            if scale.size > 1:
+                shp = [1] * x.ndim
+                shp[axis % x.ndim] = -1
+                scale, zp = scale.reshape(shp), zp.reshape(shp)
+            y = ((x - zp) * scale).astype(np.float32)
+            new_inits.append(numpy_helper.from_array(y, n.output[0]))
+            continue
+        keep.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    m.graph.initializer.extend(new_inits)
+    return m
+
+
 def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple[Graph, dict]:
     """Lower an ONNX ModelProto to a float :class:`Graph`.
 
