@@ -363,7 +363,7 @@ def test_shape_arithmetic_reshape_transpose_squeeze(tmp_path):
     assert op_names(q).count("TRANSPOSE") == 0, op_names(q)
 
 
-@pytest.mark.parametrize("mode,ctm", [("nearest", "asymmetric"), ("linear", "half_pixel"),
+@pytest.mark.parametrize("mode,ctm", [("nearest", "asymmetric"), ("nearest", "half_pixel"), ("linear", "half_pixel"),
                                       ("linear", "align_corners"), ("upsample", None)])
 def test_resize(mode, ctm, tmp_path):
     if mode == "upsample":
@@ -371,8 +371,8 @@ def test_resize(mode, ctm, tmp_path):
         m = make([node], X4, [("y", None)], [C("scales", [1, 1, 2, 2])], opset=9)
     else:
         attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
-        if mode == "nearest":
-            attrs["nearest_mode"] = "floor"
+        if mode == "nearest" and ctm == "asymmetric":
+            attrs["nearest_mode"] = "floor"  # PyTorch's export; half_pixel keeps ONNX's default round_prefer_floor
         node = h.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
         m = make([node], X4, [("y", None)], [C("scales", [1, 1, 2, 2])])
     check(m, tmp_path)

@@ -1072,6 +1072,9 @@ def _resize(L, n):
               ("half_pixel", "round_prefer_ceil"): (False, True),
               ("tf_half_pixel_for_nn", "round_prefer_ceil"): (False, True)}
         integer_up = all(o % i == 0 for o, i in zip(oshape[2:], v.shape[2:]))
+        if integer_up and ctm in ("half_pixel", "pytorch_half_pixel") and nearest.startswith("round"):
+            # x_in = (x + 0.5) / s - 0.5 stays within 0.5 of floor(x / s): the same as asymmetric floor
+            ctm, nearest = "asymmetric", "floor"
         if (ctm, nearest) not in ok and not (integer_up and ctm == "asymmetric"):
             raise L.unsupported(f"nearest Resize with coordinate_transformation_mode '{ctm}' and "
                                 f"nearest_mode '{nearest}'")
