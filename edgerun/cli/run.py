@@ -35,6 +35,12 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
     it = Interpreter(model_content=data, delegates=delegates or None)
     it.allocate_tensors()
     details = it.get_input_details()
+    if inputs:  # the preprocessing the converter stored in the model, overridden by options
+        from edgerun.preprocess import spec_from_metadata
+
+        stored = spec_from_metadata(it.model.metadata_dict()) or {}
+        keys = ("size", "mean", "std", "scale", "layout", "channel_order", "resize")
+        image_options = {**{k: v for k, v in stored.items() if k in keys}, **(image_options or {})}
     xs = load_inputs(inputs, details, image_options=image_options) if inputs else \
         random_inputs(details, seed or 0)
     if profile:
