@@ -155,6 +155,9 @@ class Relay:
             data = data[n:]
 
     def _run(self):
+        # token bucket per direction: baud/10 bytes per second, at most 2 ms of burst
+        rate = self.baud / 10.0
+        cap = max(16.0, rate * 0.002)
         budget = {self.dev: 0.0, self.host: 0.0}
         last = time.monotonic()
         while not self._stop.is_set():
@@ -162,15 +165,18 @@ class Relay:
                 r, _, _ = select.select([self.dev, self.host], [], [], 0.05)
             except (OSError, ValueError):
                 return
-            now = time.monotonic()
-            for fd in (self.dev, self.host):
-                budget[fd] = min(budget[fd] + (now - last) * self.baud / 10.0, 4096) if self.baud else 1e12
-            last = now
+            if self.baud:
+                now = time.monotonic()
+                for fd in budget:
+                    budget[fd] = min(budget[fd] + (now - last) * rate, cap)
+                last = now
             for fd in r:
-                want = 4096 if not self.baud else max(1, int(budget[fd]))
-                if self.baud and budget[fd] < 1:
-                    time.sleep(10.0 / self.baud)
-                    continue
+                want = 4096
+                if self.baud:
+                    if budget[fd] < 1:
+                        time.sleep((1 - budget[fd]) / rate)
+                        continue
+                    want = int(budget[fd])
                 try:
                     data = os.read(fd, want)
                 except OSError:
@@ -178,7 +184,8 @@ class Relay:
                     continue
                 if not data:
                     continue
-                budget[fd] -= len(data)
+                if self.baud:
+                    budget[fd] -= len(data)
                 dst = self.host if fd == self.dev else self.dev
                 self.bytes["to_host" if fd == self.dev else "to_dev"] += len(data)
                 if time.monotonic() < self.cut_until:
