@@ -81,3 +81,46 @@ def test_wrong_input_shape_is_refused_on_the_host(device):
     flash(MODELS["mcu_small"], device.port, link=device)
     with pytest.raises(EdgerunError, match="expects int8"):
         run_with_link(device, [np.zeros((1, 16, 16, 4), np.int8)])
+
+
+def test_rollback_and_reset(device):
+    from edgerun.deploy import protocol as P
+    from edgerun.deploy.flash import rollback
+
+    a, b = mcu_small(31), mcu_small(32)
+    flash(a, device.port, link=device)
+    flash(b, device.port, link=device)
+    assert model_info(device).sha256 == hashlib.sha256(b).hexdigest()
+    r = rollback(device.port, link=device)
+    assert model_info(device).sha256 == hashlib.sha256(a).hexdigest() and r["arena_bytes"] > 0
+    # RESET: the device re-initialises from flash and comes back with the same active model
+    device.request(P.CMD_RESET)
+    device.hello()
+    assert model_info(device).sha256 == hashlib.sha256(a).hexdigest()
+    x = np.ones((1, 16, 16, 3), np.int8)
+    assert run_with_link(device, [x])[0][0].tobytes() == run_litert(a, [x])[0].tobytes()
+    # the other slot still holds b, so rolling back again returns to it
+    rollback(device.port, link=device)
+    assert model_info(device).sha256 == hashlib.sha256(b).hexdigest()
+
+
+def test_converted_model_bit_exact(device, tmp_path):
+    """A real network: models/digits_cnn.onnx through edgerun's converter, then on the device."""
+    from pathlib import Path
+
+    convert = pytest.importorskip("edgerun.convert").convert
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "digits.tflite"
+    try:
+        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
+                target="mcu")
+    except EdgerunError as e:
+        pytest.skip(f"converter cannot produce the model here: {e}")
+    model = out.read_bytes()
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    details = make_interpreter(model, reference=True).get_input_details()
+    for seed in range(3):
+        inputs = random_inputs(details, seed=seed)
+        got, _ = run_with_link(device, inputs, info)
+        assert got[0].tobytes() == run_litert(model, inputs)[0].tobytes()
