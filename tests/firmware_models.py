@@ -205,6 +205,12 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
     b.op("PAD", [x, b.const("pads", np.array([[0, 0], [1, 2], [0, 1], [0, 0]], np.int32))], [y])
     b.output(y)
     models["pad"] = b.to_bytes()
+    b, x, q = new((1, 4, 4, 3))
+    y = b.tensor("y", (1, 5, 6, 3), "int8", q)
+    b.op("PADV2", [x, b.const("pads", np.array([[0, 0], [0, 1], [2, 0], [0, 0]], np.int32)),
+                   b.const("value", np.array([-77], np.int8), "int8", q)], [y])
+    b.output(y)
+    models["padv2"] = b.to_bytes()
     return models
 
 

@@ -295,7 +295,6 @@ static int prep_relu(er_model *m, er_node *n, char *err, size_t errlen) {
     er_quantize_multiplier((double)(in->scale / out->scale), &n->mult, &n->shift);
     n->act_min = clampi(out->zp + (int32_t)roundf(0.0f / out->scale), -128, 127);
     n->act_max = n->op == 21 ? clampi(out->zp + (int32_t)roundf(6.0f / out->scale), -128, 127) : 127;
-    if (out->zp + (int32_t)roundf(0.0f / out->scale) < -128) n->act_min = -128;
     return ER_OK;
 }
 
@@ -351,7 +350,7 @@ static int prep_pad(er_model *m, er_node *n, char *err, size_t errlen) {
         int32_t lo = ld_i32(p->cdata + 8 * d), hi = ld_i32(p->cdata + 8 * d + 4);
         if (lo < 0 || hi < 0 || in->dims[d] + lo + hi != out->dims[d]) FAIL("paddings do not match the output shape");
     }
-    n->act_min = out->zp;
+    n->act_min = out->zp; /* the pad value (reuses act_min) */
     if (n->op == 60 && tin(m, n, 2)) { /* PADV2 constant */
         er_tensor *c = tin(m, n, 2);
         if (!c->is_const || c->type != ER_TYPE_INT8 || c->count != 1) FAIL("pad value must be a constant int8 scalar");
