@@ -67,3 +67,25 @@ def test_unreachable_port_is_one_clean_error(capsys, model_file):
     assert rc != 0
     out = json.loads(capsys.readouterr().out)
     assert out["error"] == "LinkError" and "127.0.0.1:1" in out["message"]
+
+
+def test_mcu_delegate_serial_backend(device):
+    import numpy as np
+
+    from edgerun.testing import run_litert
+    from edgerun_delegates.mcu.serial_backend import run_serial
+
+    model = mcu_small(13)
+    x = np.random.default_rng(3).integers(-128, 128, (1, 16, 16, 3)).astype(np.int8)
+    got = run_serial(device, model, [x])  # flashes, then runs
+    assert got[0].tobytes() == run_litert(model, [x])[0].tobytes()
+    from edgerun.deploy.serial_link import SerialLink
+
+    with SerialLink(device) as link:
+        link.hello()
+        before = link.status()
+    got = run_serial(device, model, [x])  # same model: no new transfer
+    with SerialLink(device) as link:
+        link.hello()
+        assert link.status().to_dict() == before.to_dict()
+    assert got[0].tobytes() == run_litert(model, [x])[0].tobytes()
