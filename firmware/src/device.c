@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "crc32.h"
 #include "edgerun/port.h"
 
 er_device er_dev;
@@ -309,7 +310,8 @@ void er_device_handle(er_device *d, const er_frame *f) {
 
 static void on_frame(er_device *d, const er_frame *f) {
     if (f->flags & ER_FLAG_RESPONSE) return;
-    if (d->have_last && f->seq == d->last_seq && f->cmd == d->last_cmd && d->tx_len) {
+    uint32_t crc = er_crc32(0, f->payload, f->len);
+    if (d->have_last && f->seq == d->last_seq && f->cmd == d->last_cmd && crc == d->last_crc && d->tx_len) {
         port_uart_write(d->tx, (int)d->tx_len); /* a retransmitted request: answer again, do not redo */
         return;
     }
@@ -317,6 +319,7 @@ static void on_frame(er_device *d, const er_frame *f) {
     d->have_last = 1;
     d->last_seq = f->seq;
     d->last_cmd = f->cmd;
+    d->last_crc = crc;
     if (d->tx_len) port_uart_write(d->tx, (int)d->tx_len);
     if (d->pending_exit) port_exit(d->exit_code);
     if (d->pending_reset) port_reset();

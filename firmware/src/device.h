@@ -16,6 +16,7 @@ typedef struct {
     size_t tx_len;           /* cached last response, resent on a duplicate request */
     uint16_t last_seq;
     uint8_t last_cmd;
+    uint32_t last_crc;       /* of the last request's payload: a retransmission is byte-identical */
     int have_last;
     int pending_reset, pending_exit, exit_code;
     char load_error[200];    /* why the active slot's model did not load, if it did not */

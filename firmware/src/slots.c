@@ -108,6 +108,8 @@ int er_slot_begin(er_slots *s, uint8_t slot, uint32_t size, const uint8_t sha[32
         int rc = meta_write(s);
         if (rc != ER_OK) return rc;
     }
+    for (int k = 0; k < ER_SLOT_COUNT; k++) /* one transfer at a time: DATA has no slot field */
+        if (k != slot && s->slot[k].state == ER_SLOT_RECEIVING) memset(&s->slot[k], 0, sizeof s->slot[k]);
     uint32_t span = (size + ER_FLASH_SECTOR - 1) / ER_FLASH_SECTOR * ER_FLASH_SECTOR;
     if (port_flash_erase(ER_SLOT_OFFSET(slot), span) != 0) return ER_ERR_FLASH;
     sl->state = ER_SLOT_RECEIVING;
