@@ -146,3 +146,4 @@ def test_interrupted_flash_resumes_in_the_next_call(device):
     r = flash(model, device.port, link=device)
     assert r.resumed_from >= 8192 and not r.skipped
     assert model_info(device).sha256 == hashlib.sha256(model).hexdigest()
+    assert r.payload_bytes == len(model) - r.resumed_from  # only the rest went over the link

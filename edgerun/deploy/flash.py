@@ -13,6 +13,7 @@ bundle's golden vectors on the device and compares them byte for byte with the h
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -159,7 +160,8 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
     t0 = time.monotonic()
     own_link = link is None
     lk = link
-    stats = []
+    stats = []  # (LinkStats, snapshot at start) per link used: a shared link has history
+    base = dataclasses.replace(link.stats) if link is not None else None
     try:
         while True:
             try:
@@ -174,19 +176,24 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
                 if not own_link or result.reconnects >= RECONNECTS:
                     raise
                 if lk is not None:
-                    stats.append(lk.stats)
+                    stats.append((lk.stats, base))
+                    base = None
                     lk.close()
                     lk = None
                 result.reconnects += 1
                 time.sleep(RECONNECT_DELAY_S)
     finally:
         if lk is not None:
-            stats.append(lk.stats)
+            stats.append((lk.stats, base))
             if own_link:
                 lk.close()
-    result.wire_bytes = sum(s.bytes_sent + s.bytes_received for s in stats)
-    result.payload_bytes = sum(s.payload_sent for s in stats)
-    result.retransmissions = sum(s.retransmissions for s in stats)
+
+    def total(field_name):
+        return sum(getattr(s, field_name) - (getattr(b, field_name) if b else 0) for s, b in stats)
+
+    result.wire_bytes = total("bytes_sent") + total("bytes_received")
+    result.payload_bytes = total("payload_sent")
+    result.retransmissions = total("retransmissions")
     result.seconds = time.monotonic() - t0
     return result
 
