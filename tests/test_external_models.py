@@ -112,3 +112,68 @@ def test_sine_model_matches_litert(sine_model):
     for x in xs[::7]:
         inp = [np.array([[x]], np.float32)]
         np.testing.assert_allclose(run_edgerun(sine_model, inp)[0], run_litert(sine_model, inp)[0], rtol=1e-5, atol=1e-6)
+
+
+PYMICRO_WAKEWORD = "pymicro-wakeword==2.5.0"  # ships microWakeWord's int8 streaming models
+
+
+@pytest.fixture(scope="session")
+def wakeword_models() -> Path:
+    dest = CACHE / "pymicro-wakeword-2.5.0"
+    if not (dest / ".complete").exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        wheels = list(CACHE.glob("pymicro_wakeword-2.5.0-*.whl"))
+        if not wheels:
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                                PYMICRO_WAKEWORD, "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
+            wheels = list(CACHE.glob("pymicro_wakeword-2.5.0-*.whl"))
+            if r.returncode or not wheels:
+                pytest.skip(f"cannot fetch {PYMICRO_WAKEWORD}: {r.stderr.strip()[-200:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            for name in z.namelist():
+                if name.endswith(".tflite"):
+                    (dest / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
+                    (dest / Path(name).name).write_bytes(z.read(name))
+        (dest / ".complete").write_text("ok")
+    return dest
+
+
+@pytest.mark.parametrize("name", ["okay_nabu.tflite", "hey_jarvis.tflite"])
+def test_int8_streaming_wakeword_models_bit_exact_every_tensor(wakeword_models, name):
+    """microWakeWord models (int8, made by Google's MLIR converter): streaming state in resource
+    variables initialised by CALL_ONCE, CONV/DEPTHWISE/FC int8, QUANTIZE to a uint8 output.
+    Every integer tensor, at every step, equals LiteRT's reference kernels bit for bit."""
+    from edgerun import Interpreter
+    from edgerun._litert import make_interpreter
+
+    data = (wakeword_models / name).read_bytes()
+    lt = make_interpreter(data, reference=True, preserve_all=True)
+    lt.allocate_tensors()
+    er = Interpreter(model_content=data, experimental_preserve_all_tensors=True)
+    er.allocate_tensors()
+    inp = lt.get_input_details()[0]
+    rng = np.random.default_rng(7)
+    varied = 0
+    previous = None
+    for step in range(8):
+        x = rng.integers(-128, -90, size=tuple(inp["shape"])).astype(np.int8)  # spectrogram-like features
+        for it in (lt, er):
+            it.set_tensor(inp["index"], x)
+            it.invoke()
+        compared = []
+        for d in lt.get_tensor_details():
+            if np.dtype(d["dtype"]) not in (np.int8, np.uint8, np.int32) or d["index"] in {inp["index"]}:
+                continue
+            try:
+                want = lt.get_tensor(d["index"])
+            except ValueError:
+                continue
+            got = er.get_tensor(d["index"])
+            np.testing.assert_array_equal(got, want, err_msg=f"step {step}, tensor {d['name']}")
+            compared.append(want.copy())
+        assert len(compared) > 50
+        varied += sum(int(np.unique(a).size > 4) for a in compared)
+        if previous is not None:  # the streaming state moves from step to step
+            assert any(not np.array_equal(a, b) for a, b in zip(compared, previous) if a.shape == b.shape)
+        previous = compared
+    assert varied > 100

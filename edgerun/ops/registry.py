@@ -37,6 +37,9 @@ class NodeContext:
     name: str
     shapes: list  # runtime shapes of the subgraph's tensors (index -> tuple), filled as prepared
     known: dict = field(default_factory=dict)  # tensor index -> value known before invoke
+    #: the SubgraphRunner preparing this node (None outside an interpreter): stateful kernels
+    #: (resource variables, CALL_ONCE) reach interpreter-wide state through ``runtime.interp``
+    runtime: object = None
 
     @property
     def options(self) -> dict:

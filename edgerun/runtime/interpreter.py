@@ -111,7 +111,7 @@ class SubgraphRunner:
         self._check_topology()
         steps = []
         for ni, op in enumerate(g.operators):
-            ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known)
+            ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known, self)
             try:
                 cls, dtype = lookup(ctx, self.interp._custom_ops)
             except UnsupportedOpError as e:
@@ -288,6 +288,11 @@ class Interpreter:
         self._delegates = self._resolve_delegates(list(delegates or []) + list(experimental_delegates or []))
         self._profiling = False
         self._runners: dict[int, SubgraphRunner] = {}
+        #: resource variables (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE), shared by all
+        #: subgraphs and kept across invokes: (container, shared_name) -> array
+        self.resources: dict[tuple[str, str], np.ndarray] = {}
+        #: init subgraphs CALL_ONCE has already run
+        self.called_once: set[int] = set()
         self._input_shapes: dict[int, dict[int, tuple[int, ...]]] = {}
         self.partitions: list = []
 
@@ -400,7 +405,19 @@ class Interpreter:
         self._input_shapes.setdefault(0, {})[input_index] = new
         self._runners.pop(0, None)
 
+    def run_subgraph(self, index: int, inputs: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        """Run subgraph ``index`` on ``inputs`` (CALL_ONCE, and control flow later)."""
+        if not (0 <= index < len(self._model.subgraphs)):
+            raise ModelFormatError(f"subgraph {index} does not exist ({len(self._model.subgraphs)} subgraphs)")
+        r = self._runners.get(index) or self._prepare(index)
+        for i, x in zip(r.graph.inputs, inputs or []):
+            np.copyto(r.values[i], self._check_value(r, i, x))
+        r.run()
+        return [np.array(r.values[o], copy=True) for o in r.graph.outputs]
+
     def reset_all_variables(self) -> None:
+        self.resources.clear()
+        self.called_once.clear()
         for r in self._runners.values():
             for i, t in enumerate(r.graph.tensors):
                 if t.is_variable:
