@@ -135,3 +135,43 @@ def test_fuzz_frames_never_crash_or_touch_the_active_model(tmp_path):
     finally:
         fw.stop()
     assert b"AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+
+
+def test_mutated_models_are_refused_or_run_never_crash(tmp_path):
+    """Hostile models: valid small models with bytes flipped (offsets, lengths, shapes, types,
+    op codes, quantization) are flashed and, when the device accepts them, invoked. The device
+    must refuse them at COMMIT with an error or run them within bounds; ASan/UBSan watch."""
+    from edgerun.deploy.serial_link import DeviceError
+    from firmware_models import op_models
+
+    fw, url = tcp_firmware(tmp_path)
+    rng = random.Random(77)
+    bases = list(op_models(5).values())
+    accepted = refused = 0
+    try:
+        with SerialLink(url, ack_timeout=2.0) as link:
+            link.hello()
+            for i in range(400):
+                m = bytearray(rng.choice(bases))
+                for _ in range(rng.randint(1, 6)):
+                    pos = rng.randrange(len(m))
+                    m[pos] = rng.choice([0, 0xFF, 0x7F, 0x80, rng.randrange(256), m[pos] ^ (1 << rng.randrange(8))])
+                try:
+                    flash(bytes(m), url, link=link)
+                except DeviceError:
+                    refused += 1
+                    continue
+                accepted += 1
+                info = model_info(link)
+                xs = [np.random.default_rng(i).integers(-128, 128, size=t.shape).astype(t.dtype)
+                      if t.dtype != "float32" else np.random.default_rng(i).standard_normal(t.shape).astype(np.float32)
+                      for t in info.inputs]
+                try:
+                    run_with_link(link, xs, info)
+                except DeviceError:
+                    pass
+        assert fw.alive(), fw.log.decode()[-3000:]
+        assert refused > 50 and accepted > 20, (accepted, refused)
+    finally:
+        fw.stop()
+    assert b"AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]

@@ -45,7 +45,7 @@ int32_t er_mbqm(int32_t x, int32_t mult, int32_t shift) {
 }
 
 void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift) {
-    if (real == 0.0) {
+    if (!(real > 0.0 && real < 1e300)) { /* zero, negative, NaN or infinite: no multiplier */
         *mult = 0;
         *shift = 0;
         return;
@@ -71,6 +71,18 @@ void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift) {
 
 static int32_t clampi(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
+/* (int32_t)f without undefined behaviour for NaN or out-of-range values (hostile models and
+ * inputs); identical to the plain cast for every value that fits. */
+static int32_t f2i(float f) {
+    if (!(f == f)) return 0;
+    if (f >= 2147483520.0f) return INT32_MAX;
+    if (f <= -2147483648.0f) return INT32_MIN;
+    return (int32_t)f;
+}
+
+/* int32 sums with wrap-around instead of undefined overflow (only hostile shapes get there). */
+static int32_t wadd(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_MODEL_INVALID; } while (0)
 #define UNSUP(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_UNSUPPORTED_OP; } while (0)
@@ -89,7 +101,7 @@ static int act_range(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi
     const int32_t qmin = -128, qmax = 127;
     float s = out->scale;
     int32_t z = out->zp;
-#define Q(f) (z + (int32_t)roundf((f) / s))
+#define Q(f) wadd(z, f2i(roundf((f) / s)))
     switch (act) {
         case 0: *lo = qmin; *hi = qmax; return 1;
         case 1: *lo = qmin > Q(0.0f) ? qmin : Q(0.0f); *hi = qmax; return 1;
@@ -136,8 +148,12 @@ static int prep_conv(er_model *m, er_node *n, char *err, size_t errlen, int dept
     if (f->scales.n != 1 && f->scales.n != (uint32_t)(depthwise ? f->dims[3] : f->dims[0]))
         FAIL("filter has %u scales", (unsigned)f->scales.n);
     if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)oc)) FAIL("bias must be int32[%d]", (int)oc);
-    if (n->stride_w < 1 || n->stride_h < 1 || n->dil_w < 1 || n->dil_h < 1 || n->padding > 1) FAIL("bad stride/dilation/padding");
+    if (n->stride_w < 1 || n->stride_h < 1 || n->dil_w < 1 || n->dil_h < 1 || n->padding > 1 ||
+        n->stride_w > 65535 || n->stride_h > 65535 || n->dil_w > 65535 || n->dil_h > 65535)
+        FAIL("bad stride/dilation/padding");
     int32_t fh = f->dims[1], fw = f->dims[2];
+    if (fh < 1 || fw < 1 || (int64_t)(fh - 1) * n->dil_h >= (1 << 24) || (int64_t)(fw - 1) * n->dil_w >= (1 << 24))
+        FAIL("filter too large");
     if (depthwise) {
         if (f->dims[0] != 1 || f->dims[3] != oc) FAIL("filter shape must be [1, h, w, %d]", (int)oc);
         if (in->dims[3] == 0 || oc % in->dims[3]) FAIL("output channels are not a multiple of input channels");
@@ -181,7 +197,9 @@ static int prep_pool(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
     if (in->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
-    if (n->stride_w < 1 || n->stride_h < 1 || n->filter_w < 1 || n->filter_h < 1 || n->padding > 1) FAIL("bad pool options");
+    if (n->stride_w < 1 || n->stride_h < 1 || n->filter_w < 1 || n->filter_h < 1 || n->padding > 1 ||
+        n->stride_w > 65535 || n->stride_h > 65535 || n->filter_w > (1 << 24) || n->filter_h > (1 << 24))
+        FAIL("bad pool options");
     int32_t oh = out_size(n->padding, in->dims[1], n->filter_h, n->stride_h, 1);
     int32_t ow = out_size(n->padding, in->dims[2], n->filter_w, n->stride_w, 1);
     if (out->dims[0] != in->dims[0] || out->dims[3] != in->dims[3] || oh != out->dims[1] || ow != out->dims[2])
@@ -282,7 +300,7 @@ static int prep_logistic(er_model *m, er_node *n, char *err, size_t errlen) {
         const float x = in->scale * (float)(v - in->zp);
         const float y = 1.0f / (1.0f + expf(-x));
         const float r = roundf(y * inv);
-        int32_t q = (int32_t)(r + (float)out->zp);
+        int32_t q = f2i(r + (float)out->zp);
         n->itable[(uint8_t)(int8_t)v] = (int8_t)clampi(q, -128, 127);
     }
     return ER_OK;
@@ -293,8 +311,8 @@ static int prep_relu(er_model *m, er_node *n, char *err, size_t errlen) {
     if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
     if (in->count != out->count) FAIL("shape mismatch");
     er_quantize_multiplier((double)(in->scale / out->scale), &n->mult, &n->shift);
-    n->act_min = clampi(out->zp + (int32_t)roundf(0.0f / out->scale), -128, 127);
-    n->act_max = n->op == 21 ? clampi(out->zp + (int32_t)roundf(6.0f / out->scale), -128, 127) : 127;
+    n->act_min = clampi(wadd(out->zp, f2i(roundf(0.0f / out->scale))), -128, 127);
+    n->act_max = n->op == 21 ? clampi(wadd(out->zp, f2i(roundf(6.0f / out->scale))), -128, 127) : 127;
     return ER_OK;
 }
 
@@ -407,11 +425,11 @@ static void eval_conv(er_model *m, er_node *n) {
                             if (ix < 0 || ix >= W) continue;
                             const int8_t *xp = x + ((b * H + iy) * W + ix) * C;
                             const int8_t *wp = w + ((oc * FH + fy) * FW + fx) * C;
-                            for (int32_t ic = 0; ic < C; ic++) acc += (int32_t)wp[ic] * ((int32_t)xp[ic] + in_off);
+                            for (int32_t ic = 0; ic < C; ic++) acc = wadd(acc, (int32_t)wp[ic] * ((int32_t)xp[ic] + in_off));
                         }
                     }
-                    if (bias) acc += ld_i32(bias + 4 * oc);
-                    acc = er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]) + out_off;
+                    if (bias) acc = wadd(acc, ld_i32(bias + 4 * oc));
+                    acc = wadd(er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]), out_off);
                     y[((b * OH + oy) * OW + ox) * OC + oc] = (int8_t)clampi(acc, n->act_min, n->act_max);
                 }
             }
@@ -439,12 +457,12 @@ static void eval_dwconv(er_model *m, er_node *n) {
                             for (int32_t fx = 0; fx < FW; fx++) {
                                 const int32_t ix = ix0 + n->dil_w * fx;
                                 if (ix < 0 || ix >= W) continue;
-                                acc += (int32_t)w[(fy * FW + fx) * OC + oc] *
-                                       ((int32_t)x[((b * H + iy) * W + ix) * C + ic] + in_off);
+                                acc = wadd(acc, (int32_t)w[(fy * FW + fx) * OC + oc] *
+                                                    ((int32_t)x[((b * H + iy) * W + ix) * C + ic] + in_off));
                             }
                         }
-                        if (bias) acc += ld_i32(bias + 4 * oc);
-                        acc = er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]) + out_off;
+                        if (bias) acc = wadd(acc, ld_i32(bias + 4 * oc));
+                        acc = wadd(er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]), out_off);
                         y[((b * OH + oy) * OW + ox) * OC + oc] = (int8_t)clampi(acc, n->act_min, n->act_max);
                     }
 }
@@ -459,10 +477,10 @@ static void eval_fc(er_model *m, er_node *n) {
     for (int32_t b = 0; b < batches; b++)
         for (int32_t u = 0; u < units; u++) {
             int32_t acc = 0;
-            for (int32_t d = 0; d < depth; d++) acc += (int32_t)w[u * depth + d] * ((int32_t)x[b * depth + d] + in_off);
-            if (bias) acc += ld_i32(bias + 4 * u);
+            for (int32_t d = 0; d < depth; d++) acc = wadd(acc, (int32_t)w[u * depth + d] * ((int32_t)x[b * depth + d] + in_off));
+            if (bias) acc = wadd(acc, ld_i32(bias + 4 * u));
             acc = n->pc_mult ? er_mbqm(acc, n->pc_mult[u], n->pc_shift[u]) : er_mbqm(acc, n->mult, n->shift);
-            y[b * units + u] = (int8_t)clampi(acc + out_off, n->act_min, n->act_max);
+            y[b * units + u] = (int8_t)clampi(wadd(acc, out_off), n->act_min, n->act_max);
         }
 }
 
@@ -479,10 +497,11 @@ static void eval_pool(er_model *m, er_node *n) {
                     const int32_t fy0 = iy0 < 0 ? -iy0 : 0, fx0 = ix0 < 0 ? -ix0 : 0;
                     const int32_t fy1 = n->filter_h < H - iy0 ? n->filter_h : H - iy0;
                     const int32_t fx1 = n->filter_w < W - ix0 ? n->filter_w : W - ix0;
-                    int32_t acc = n->op == 1 ? 0 : -128, count = 0;
+                    int64_t acc = n->op == 1 ? 0 : -128;
+                    int32_t count = 0;
                     for (int32_t fy = fy0; fy < fy1; fy++)
                         for (int32_t fx = fx0; fx < fx1; fx++) {
-                            int32_t v = x[((b * H + iy0 + fy) * W + ix0 + fx) * C + c];
+                            int64_t v = x[((b * H + iy0 + fy) * W + ix0 + fx) * C + c];
                             if (n->op == 1) acc += v;
                             else if (v > acc) acc = v;
                             count++;
@@ -491,7 +510,8 @@ static void eval_pool(er_model *m, er_node *n) {
                         if (count == 0) count = 1; /* an empty window (not produced by valid shapes) */
                         acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
                     }
-                    y[((b * OH + oy) * OW + ox) * C + c] = (int8_t)clampi(acc, n->act_min, n->act_max);
+                    acc = acc < n->act_min ? n->act_min : (acc > n->act_max ? n->act_max : acc);
+                    y[((b * OH + oy) * OW + ox) * C + c] = (int8_t)acc;
                 }
 }
 
@@ -552,14 +572,14 @@ static int eval_mean(er_model *m, er_node *n) {
         uint32_t o = 0;
         for (int d = 0; d < in->ndim; d++)
             if (!(red & (1u << d))) o = o * (uint32_t)in->dims[d] + (uint32_t)idx[d];
-        mean_scratch[o] += x[i];
+        mean_scratch[o] = wadd(mean_scratch[o], x[i]);
         for (int d = in->ndim - 1; d >= 0; d--) {
             if (++idx[d] < in->dims[d]) break;
             idx[d] = 0;
         }
     }
     for (uint32_t o = 0; o < out->count; o++) {
-        int32_t acc = er_mbqm(mean_scratch[o] - in->zp * (int32_t)num, n->mult, n->shift) + out->zp;
+        int32_t acc = wadd(er_mbqm(wadd(mean_scratch[o], (int32_t)((uint32_t)(-in->zp) * num)), n->mult, n->shift), out->zp);
         y[o] = (int8_t)clampi(acc, -128, 127);
     }
     return 0;
@@ -581,7 +601,7 @@ static void eval_softmax(er_model *m, er_node *n) {
         const float inv = 1.0f / (sum * out->scale);
         for (int32_t j = 0; j < depth; j++) {
             const float p = t[x[j]] * inv;
-            const int32_t q = (int32_t)roundf(p) + out->zp;
+            const int32_t q = wadd(f2i(roundf(p)), out->zp);
             y[j] = (int8_t)clampi(q, -128, 127);
         }
     }
@@ -598,7 +618,7 @@ static void eval_quantize(er_model *m, er_node *n) {
         } else if (in->type == ER_TYPE_FLOAT32) {
             float v;
             memcpy(&v, src + 4 * i, 4);
-            const int32_t q = (int32_t)roundf(v / out->scale) + out->zp;
+            const int32_t q = wadd(f2i(roundf(v / out->scale)), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
         } else {
             const int32_t q = er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift) + out->zp;

@@ -105,7 +105,21 @@ static int read_tensor(er_model *m, const fb_vec *buffers, fb_table *t, er_tenso
         out->qdim = fb_i32(&q, 6, 0);
         if (out->scales.n) {
             out->scale = fb_vec_f32(&m->fb, &out->scales, 0);
-            out->zp = zps.n ? (int32_t)fb_vec_i64(&m->fb, &zps, 0) : 0;
+            int64_t zp = zps.n ? fb_vec_i64(&m->fb, &zps, 0) : 0;
+            /* scales must be positive and finite, zero points fit the type (8-bit: [-128, 255]) */
+            for (uint32_t k = 0; k < out->scales.n; k++) {
+                float sc = fb_vec_f32(&m->fb, &out->scales, k);
+                if (!(sc > 0.0f && sc < 1e30f)) {
+                    snprintf(err, errlen, "tensor %u: quantization scale %g is not positive and finite",
+                             (unsigned)idx, (double)sc);
+                    return ER_ERR_MODEL_INVALID;
+                }
+            }
+            if (zp < -32768 || zp > 65535 || (out->type == ER_TYPE_INT8 && (zp < -128 || zp > 127))) {
+                snprintf(err, errlen, "tensor %u: zero point %lld out of range", (unsigned)idx, (long long)zp);
+                return ER_ERR_MODEL_INVALID;
+            }
+            out->zp = (int32_t)zp;
             if (out->scales.n > 1 && (out->qdim < 0 || out->qdim >= out->ndim ||
                                       (uint32_t)out->dims[out->qdim] != out->scales.n)) {
                 snprintf(err, errlen, "tensor %u: %u scales do not match quantized dimension %d",
@@ -156,7 +170,8 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
      * optimal, but the same strategy as the host planner, so the sizes are comparable. */
     static int16_t order[ER_MAX_TENSORS];
     static int16_t placed[ER_MAX_TENSORS];
-    uint32_t n = 0, np = 0, total = 0;
+    uint32_t n = 0, np = 0;
+    uint64_t total = 0;
     for (uint32_t i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].used && !m->tensors[i].is_const) order[n++] = (int16_t)i;
     for (uint32_t i = 1; i < n; i++) { /* insertion sort: size desc, index asc */
@@ -170,13 +185,13 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
     }
     for (uint32_t i = 0; i < n; i++) {
         er_tensor *t = &m->tensors[order[i]];
-        uint32_t size = (t->bytes + 15u) & ~15u;
-        uint32_t off = 0;
+        uint64_t size = ((uint64_t)t->bytes + 15u) & ~(uint64_t)15u;
+        uint64_t off = 0;
         for (int moved = 1; moved;) {
             moved = 0;
             for (uint32_t j = 0; j < np; j++) {
                 er_tensor *o = &m->tensors[placed[j]];
-                uint32_t osize = (o->bytes + 15u) & ~15u;
+                uint64_t osize = ((uint64_t)o->bytes + 15u) & ~(uint64_t)15u;
                 if (o->last < t->first || t->last < o->first) continue;
                 if (off < o->off + osize && o->off < off + size) {
                     off = o->off + osize;
@@ -184,14 +199,18 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
                 }
             }
         }
-        t->off = off;
+        if (off + size > ER_ARENA_BYTES) { /* stop before offsets could overflow */
+            total = off + size;
+            break;
+        }
+        t->off = (uint32_t)off;
         placed[np++] = order[i];
         if (off + size > total) total = off + size;
     }
-    m->arena_bytes = total;
+    m->arena_bytes = total > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)total;
     if (total > ER_ARENA_BYTES) {
-        snprintf(err, errlen, "model needs a %u-byte arena; this board has %u bytes of RAM for it",
-                 (unsigned)total, (unsigned)ER_ARENA_BYTES);
+        snprintf(err, errlen, "model needs an arena of at least %llu bytes; this board has %u bytes of RAM for it",
+                 (unsigned long long)total, (unsigned)ER_ARENA_BYTES);
         return ER_ERR_ARENA_TOO_SMALL;
     }
     return ER_OK;
