@@ -25,7 +25,7 @@ _build_lock = threading.Lock()
 
 def make(target: str) -> None:
     with _build_lock:
-        r = subprocess.run(["make", "-s", "-C", str(FIRMWARE), target], capture_output=True, text=True)
+        r = subprocess.run(["make", "-s", "-C", str(FIRMWARE), target], capture_output=True, text=True, check=False)
         if r.returncode:
             raise RuntimeError(f"make {target} failed:\n{r.stdout}\n{r.stderr}")
 
@@ -55,7 +55,7 @@ class Firmware:
         self.proc: subprocess.Popen | None = None
         self.log = b""
 
-    def start(self) -> "Firmware":
+    def start(self) -> Firmware:
         make("posix")
         args = [str(POSIX_FW), "--flash", str(self.flash_path)]
         args += ["--uart", self.uart] if self.uart else ["--tcp", str(self.tcp)]
@@ -167,8 +167,8 @@ class Relay:
                 return
             if self.baud:
                 now = time.monotonic()
-                for fd in budget:
-                    budget[fd] = min(budget[fd] + (now - last) * rate, cap)
+                for fd, have in budget.items():
+                    budget[fd] = min(have + (now - last) * rate, cap)
                 last = now
             for fd in r:
                 want = 4096

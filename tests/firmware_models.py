@@ -98,7 +98,7 @@ def mcu_small(seed: int = 7) -> bytes:
     r = b.tensor("flat", (1, 256), "int8", aq)
     b.op("RESHAPE", [a, b.const("shape", np.array([1, 256], np.int32))], [r], new_shape=(1, 256))
     h, hq = fc(b, rng, r, aq, 256, 64, RELU, name="fc1")
-    lg, lq = fc(b, rng, h, hq, 64, 10, 0, name="fc2")
+    lg, _lq = fc(b, rng, h, hq, 64, 10, 0, name="fc2")
     out = b.tensor("probs", (1, 10), "int8", (1.0 / 256, -128))
     b.op("SOFTMAX", [lg], [out], beta=1.0)
     b.output(out)
@@ -115,15 +115,15 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
         q = q or _q(rng)
         return b, b.input("x", shape, "int8", q), q
 
-    for name, kw in {"conv_same_s2_relu6": dict(k=3, stride=2, act=RELU6, padding=0),
-                     "conv_valid_s1": dict(k=3, stride=1, act=0, padding=1),
-                     "conv_dilated": dict(k=3, stride=1, act=RELU, padding=0, dil=2),
-                     "conv_5x5": dict(k=5, stride=2, act=0, padding=0)}.items():
+    for name, kw in {"conv_same_s2_relu6": {"k": 3, "stride": 2, "act": RELU6, "padding": 0},
+                     "conv_valid_s1": {"k": 3, "stride": 1, "act": 0, "padding": 1},
+                     "conv_dilated": {"k": 3, "stride": 1, "act": RELU, "padding": 0, "dil": 2},
+                     "conv_5x5": {"k": 5, "stride": 2, "act": 0, "padding": 0}}.items():
         b, x, q = new()
         y, _, _ = conv(b, rng, x, q, (1, 9, 9, 4), 6, kw.pop("k"), kw.pop("stride"), kw.pop("act"), **kw)
         b.output(y)
         models[name] = b.to_bytes()
-    for name, kw in {"dw_same_s1": dict(k=3, stride=1, act=RELU), "dw_valid_s2_mult2": dict(k=3, stride=2, act=RELU6, mult=2, padding=1)}.items():
+    for name, kw in {"dw_same_s1": {"k": 3, "stride": 1, "act": RELU}, "dw_valid_s2_mult2": {"k": 3, "stride": 2, "act": RELU6, "mult": 2, "padding": 1}}.items():
         b, x, q = new()
         y, _, _ = dwconv(b, rng, x, q, (1, 9, 9, 4), kw.pop("k"), kw.pop("stride"), kw.pop("act"), **kw)
         b.output(y)

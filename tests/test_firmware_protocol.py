@@ -27,7 +27,7 @@ def _eval(expr, env):
     expr = re.sub(r"(\d+)u\b", r"\1", expr)
     for k, v in env.items():
         expr = re.sub(rf"\b{k}\b", str(v), expr)
-    return eval(expr, {"__builtins__": {}})  # noqa: S307 - integer constant expressions from our header
+    return eval(expr, {"__builtins__": {}})
 
 
 def test_protocol_h_matches_protocol_py():
@@ -69,7 +69,7 @@ def test_frame_encoding_and_resync():
 
 def test_op_names_table_matches_schema():
     text = (FIRMWARE / "src" / "op_names.c").read_text()
-    names = re.findall(r'^\s*"([A-Z0-9_]*)",$', text, re.M)
+    names = re.findall(r'^\s*"([A-Z0-9_]*)",$', text, re.MULTILINE)
     assert len(names) == max(BUILTIN_OPERATOR_NAMES) + 1
     for code, name in enumerate(names):
         assert name == BUILTIN_OPERATOR_NAMES.get(code, ""), code

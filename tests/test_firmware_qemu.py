@@ -8,7 +8,6 @@ import socket
 import subprocess
 import time
 
-import numpy as np
 import pytest
 from firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make
 from firmware_models import mcu_small, op_models
@@ -53,7 +52,7 @@ def test_shipped_model_matches_its_generator():
 
 
 def test_flash_and_run_on_emulated_board(board):
-    q, url = board
+    _q, url = board
     model = SHIPPED.read_bytes()
     with SerialLink(url) as link:
         hello = link.hello()
@@ -76,7 +75,7 @@ def test_flash_and_run_on_emulated_board(board):
 
 def test_op_models_bit_exact_on_cortex_m4(board):
     """newlib's expf/roundf and the M4F's single-precision FPU must give LiteRT's bytes too."""
-    q, url = board
+    _q, url = board
     models = op_models(3)
     names = ["softmax_beta1.0", "logistic", "mean_hw_nokeep", "quantize_requantize_dequantize",
              "add_b1x1x1x4", "mul_b4", "dw_valid_s2_mult2", "fc_per_tensor", "average_pool_2d_same_k3s2"]

@@ -71,9 +71,9 @@ def test_unreachable_port_is_one_clean_error(capsys, model_file):
 
 def test_mcu_delegate_serial_backend(device):
     import numpy as np
+    from edgerun_delegates.mcu.serial_backend import run_serial
 
     from edgerun.testing import run_litert
-    from edgerun_delegates.mcu.serial_backend import run_serial
 
     model = mcu_small(13)
     x = np.random.default_rng(3).integers(-128, 128, (1, 16, 16, 3)).astype(np.int8)

@@ -71,7 +71,7 @@ def test_fuzz_frames_never_crash_or_touch_the_active_model(tmp_path):
             while not stop.is_set():
                 try:
                     data = sock.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     return
@@ -141,8 +141,9 @@ def test_mutated_models_are_refused_or_run_never_crash(tmp_path):
     """Hostile models: valid small models with bytes flipped (offsets, lengths, shapes, types,
     op codes, quantization) are flashed and, when the device accepts them, invoked. The device
     must refuse them at COMMIT with an error or run them within bounds; ASan/UBSan watch."""
-    from edgerun.deploy.serial_link import DeviceError
     from firmware_models import op_models
+
+    from edgerun.deploy.serial_link import DeviceError
 
     fw, url = tcp_firmware(tmp_path)
     rng = random.Random(77)

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import platform
 import socket
@@ -27,13 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import numpy as np  # noqa: E402
+import firmware_harness as H
+import firmware_models as FM
+import numpy as np
 
-import firmware_harness as H  # noqa: E402
-import firmware_models as FM  # noqa: E402
-from edgerun.deploy.flash import flash, model_info, run_with_link  # noqa: E402
-from edgerun.deploy.serial_link import SerialLink  # noqa: E402
-from edgerun.ir import ModelBuilder  # noqa: E402
+from edgerun.deploy.flash import flash, model_info, run_with_link
+from edgerun.deploy.serial_link import SerialLink
+from edgerun.ir import ModelBuilder
 
 
 def fc_stack(kib: int, seed: int = 0) -> bytes:

@@ -20,7 +20,8 @@ def flash_cli(
     checks its SHA-256, then switches to it. An interrupted transfer resumes where it stopped;
     the previous model stays active until the new one is verified.
     """
-    from edgerun.deploy.flash import flash, rollback as do_rollback
+    from edgerun.deploy.flash import flash
+    from edgerun.deploy.flash import rollback as do_rollback
 
     if rollback:
         report = do_rollback(port, baud)

@@ -12,6 +12,7 @@ Works with anything pyserial opens: ``/dev/ttyACM0``, a pty, ``socket://127.0.0.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -120,10 +121,8 @@ class SerialLink:
 
     # -- plumbing --------------------------------------------------------------------------------
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing a dead link must not mask the real error
             self.ser.close()
-        except Exception:  # noqa: BLE001 - closing a dead link must not mask the real error
-            pass
 
     def __enter__(self):
         return self
