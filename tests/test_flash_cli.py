@@ -57,6 +57,8 @@ def test_bundle_run_device_verify(device, tmp_path):
     rep = _json(runner.invoke(build_app(), ["run", str(bundle), "--device", device, "--verify", "--json"]))
     assert rep["ok"] is True and rep["reference"] == "golden" and len(rep["cases"]) >= 1
     assert all(o["identical"] for c in rep["cases"] for o in c["outputs"])
+    # the device plans its own arena; the bundle records the host planner's figure
+    assert rep["device_arena_bytes"] > 0 and rep["host_arena_bytes"] > 0
     # and flashing the bundle itself: the device already holds that model
     rep = _json(runner.invoke(build_app(), ["flash", str(bundle), "--port", device, "--json"]))
     assert rep["skipped"] is True

@@ -311,8 +311,11 @@ def verify_on_device(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, *, fl
                 diffs.append({"identical": bool(same), "max_abs_diff": d})
                 ok &= same
             report_cases.append({"outputs": diffs, "device_us": us})
+        host_arena = (bundle.manifest.get("arena_bytes") if bundle is not None and
+                      isinstance(getattr(bundle, "manifest", None), dict) else None)
         return {"ok": bool(ok), "port": port, "model_sha256": info.sha256, "reference": reference,
                 "cases": report_cases, "device_us_mean": total_us / max(len(cases), 1),
+                "device_arena_bytes": info.arena_bytes, "host_arena_bytes": host_arena,
                 "flash": flashed.to_dict() if flashed else None}
     finally:
         if own:
