@@ -155,6 +155,8 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
     ``link_options`` go to :class:`SerialLink` (``retries``, ``ack_timeout``).
     """
     data, _ = model_bytes(bundle_or_model)
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise ModelFormatError("not a TFLite model (no TFL3 identifier); flash takes a .tflite or a bundle")
     digest = hashlib.sha256(data).digest()
     result = FlashResult(port=port, board="", slot=-1, size=len(data), sha256=digest.hex())
     t0 = time.monotonic()
