@@ -23,11 +23,17 @@ MPS2_ELF = FIRMWARE / "build" / "mps2-an386" / "edgerun-fw.elf"
 _build_lock = threading.Lock()
 
 
-def make(target: str) -> None:
-    with _build_lock:
+def make(target: str) -> subprocess.CompletedProcess:
+    """Build a firmware target; a file lock keeps parallel test processes (xdist) from racing."""
+    import fcntl
+
+    (FIRMWARE / "build").mkdir(exist_ok=True)
+    with _build_lock, open(FIRMWARE / "build" / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         r = subprocess.run(["make", "-s", "-C", str(FIRMWARE), target], capture_output=True, text=True, check=False)
         if r.returncode:
             raise RuntimeError(f"make {target} failed:\n{r.stdout}\n{r.stderr}")
+        return r
 
 
 def have_arm_toolchain() -> str | None:
