@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Flashing and MCU inference benchmark (results go to docs/benchmarks-flash.md).
+"""Flashing and MCU inference benchmark (results go to docs/benchmarks.md).
 
 1. Protocol efficiency: payload bytes / bytes on the wire (both directions) for a transfer,
    per frame size.
