@@ -24,6 +24,25 @@ def _io(model: Model, idx: int) -> dict:
     return d
 
 
+def xnnpack_partitions(model: Model) -> tuple[int | None, list[str]]:
+    """(partition count, op types left outside) that edgerun's partitioner forms with the xnnpack
+    delegate; (None, []) when it cannot tell (no LiteRT, no delegate framework, a kernel missing).
+
+    One partition means LiteRT's XNNPACK delegate can run the whole int8 graph in one go: the
+    shape `edgerun convert` aims for (fused activations, XNNPACK-friendly op forms).
+    """
+    try:
+        from edgerun.runtime.interpreter import Interpreter
+
+        it = Interpreter(model=model, delegates=["xnnpack"])
+        it.allocate_tensors()
+    except Exception:  # noqa: BLE001  (any reason it cannot be delegated means "unknown" here)
+        return None, []
+    parts = list(it.partitions or [])
+    inside = {n for p in parts for n in p.nodes}
+    return len(parts), [model.op_name(op) for i, op in enumerate(model.main.operators) if i not in inside]
+
+
 def describe_model(model: Model, *, with_arena: bool = True) -> dict:
     """Summary dictionary of a model (stable keys: a script may parse ``edgerun inspect --json``)."""
     g = model.main
@@ -66,4 +85,7 @@ def describe_model(model: Model, *, with_arena: bool = True) -> dict:
         except EdgerunError as e:
             info["arena_bytes"] = None
             info["arena_error"] = str(e)
+        count, outside = xnnpack_partitions(model)
+        info["xnnpack_partitions"] = count
+        info["xnnpack_outside"] = outside
     return info

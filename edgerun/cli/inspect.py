@@ -40,6 +40,10 @@ def _print(info: dict, path: Path) -> None:
     c.print(f"[bold]{path}[/bold]  {model.get('operators', '?')} ops, "
             f"{model.get('tensors', '?')} tensors, weights {model.get('weight_bytes', 0):,} B, "
             f"arena {_bytes(model.get('arena_bytes'))}")
+    if model.get("xnnpack_partitions") is not None:
+        outside = model.get("xnnpack_outside") or []
+        c.print(f"XNNPACK partitions: {model['xnnpack_partitions']}"
+                + (f" (outside: {', '.join(outside)})" if outside else ""))
     if model.get("arena_error"):
         c.print(f"[yellow]cannot plan the arena: {model['arena_error']}[/yellow]")
     for key in ("inputs", "outputs"):

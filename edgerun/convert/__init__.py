@@ -374,32 +374,18 @@ def _float_drift(reference, float_bytes, source, idx, out_names, progress):
                               else None, len(idx)) for nm, sh, a in zip(out_names, shapes or [], accs or [])]
 
 
-def _xnnpack_partitions(model: bytes):
-    """(partition count, op types outside them) from edgerun's partitioner with the xnnpack delegate."""
-    try:
-        from edgerun.runtime.interpreter import Interpreter
-        it = Interpreter(model_content=model, delegates=["xnnpack"])
-        it.allocate_tensors()
-        parts = list(it.partitions or [])
-        inside = {n for p in parts for n in p.nodes}
-        m = it.model
-        outside = [m.op_name(op) for i, op in enumerate(m.main.operators) if i not in inside]
-        return len(parts), outside
-    except Exception:  # noqa: BLE001  (no delegate framework, no LiteRT, or no kernel for an op)
-        return None, []
-
-
 def _finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0) -> ConversionReport:
     import hashlib
 
     from edgerun.schema.reader import read_model
+    from edgerun.summary import xnnpack_partitions
     m = read_model(out_bytes)
     ops: dict[str, int] = {}
     for op in m.main.operators:
         ops[m.op_name(op)] = ops.get(m.op_name(op), 0) + 1
     rep.ops = ops
     rep.transposes = ops.get("TRANSPOSE", 0)
-    rep.xnnpack_partitions, rep.xnnpack_outside = _xnnpack_partitions(out_bytes)
+    rep.xnnpack_partitions, rep.xnnpack_outside = xnnpack_partitions(m)
     rep.size_bytes = len(out_bytes)
     rep.sha256 = hashlib.sha256(out_bytes).hexdigest()
     if out_path is not None:
