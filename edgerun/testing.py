@@ -29,13 +29,9 @@ def random_inputs(details: list[dict], seed: int = 0, float_range=(-3.0, 3.0)) -
     return out
 
 
-def run_litert(model: bytes, inputs: list[np.ndarray], *, reference: bool = True,
-               xnnpack: bool = False) -> list[np.ndarray]:
-    from edgerun._litert import make_interpreter
-
-    it = make_interpreter(model, reference=reference, xnnpack=xnnpack)
-    details = it.get_input_details()
-    for d, x in zip(details, inputs):
+def _invoke_once(it, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Resize inputs where needed, allocate, set, invoke, read outputs: LiteRT's API, either runtime."""
+    for d, x in zip(it.get_input_details(), inputs):
         if tuple(d["shape"]) != tuple(x.shape):
             it.resize_tensor_input(d["index"], x.shape)
     it.allocate_tensors()
@@ -43,20 +39,19 @@ def run_litert(model: bytes, inputs: list[np.ndarray], *, reference: bool = True
         it.set_tensor(d["index"], x)
     it.invoke()
     return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def run_litert(model: bytes, inputs: list[np.ndarray], *, reference: bool = True,
+               xnnpack: bool = False) -> list[np.ndarray]:
+    from edgerun._litert import make_interpreter
+
+    return _invoke_once(make_interpreter(model, reference=reference, xnnpack=xnnpack), inputs)
 
 
 def run_edgerun(model: bytes, inputs: list[np.ndarray], **kw) -> list[np.ndarray]:
     from edgerun.runtime.interpreter import Interpreter
 
-    it = Interpreter(model_content=model, **kw)
-    for d, x in zip(it.get_input_details(), inputs):
-        if tuple(d["shape"]) != tuple(x.shape):
-            it.resize_tensor_input(d["index"], x.shape)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    return _invoke_once(Interpreter(model_content=model, **kw), inputs)
 
 
 def assert_close(got: list[np.ndarray], want: list[np.ndarray], *, rtol: float = 1e-5,
