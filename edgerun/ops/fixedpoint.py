@@ -146,6 +146,40 @@ def get_reciprocal(x, x_integer_digits: int):
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
 
 
+def get_reciprocal_scalar(x: int, x_integer_digits: int) -> tuple[int, int]:
+    """:func:`get_reciprocal` on one Python int (a row's sum): the same gemmlowp steps in plain
+    integer arithmetic, which beats a chain of numpy calls on one-element arrays."""
+
+    def wrap(v):
+        return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+    def srdhm(a, b):
+        if a == b == INT32_MIN:
+            return INT32_MAX
+        ab = a * b
+        s = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+        return s >> 31 if s >= 0 else -((-s) >> 31)
+
+    def half_sum(a, b):
+        t = a + b + (1 if a + b >= 0 else -1)
+        return t // 2 if t >= 0 else -((-t) // 2)
+
+    def mul_pot(v, e):  # saturating_rounding_multiply_by_pot for e in (1, 2)
+        threshold = (1 << (31 - e)) - 1
+        return INT32_MAX if v > threshold else INT32_MIN if v < -threshold else wrap(v << e)
+
+    u = int(x) & 0xFFFFFFFF
+    headroom_plus_one = 32 - u.bit_length()
+    shifted = (u << headroom_plus_one) & 0xFFFFFFFF
+    a = wrap(shifted - (1 << 31))
+    half_denominator = half_sum(a, INT32_MAX)
+    r = wrap(1515870810 + srdhm(half_denominator, -1010580540))
+    for _ in range(3):
+        one_minus = wrap((1 << 29) - srdhm(half_denominator, r))
+        r = wrap(r + mul_pot(srdhm(r, one_minus), 2))
+    return mul_pot(r, 1), x_integer_digits - headroom_plus_one
+
+
 def get_inv_sqrt_quantized_multiplier_exp(x, reverse_shift: int):
     """TFLite GetInvSqrtQuantizedMultiplierExp: 1/sqrt(x) as (multiplier, shift), Newton-Raphson in Q3.28."""
     srdhm = saturating_rounding_doubling_high_mul

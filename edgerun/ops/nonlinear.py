@@ -28,6 +28,7 @@ from edgerun.ops.fixedpoint import (
     INT32_MIN,
     exp_on_negative_values,
     get_reciprocal,
+    get_reciprocal_scalar,
     log_x_for_x_greater_than_or_equal_to_1,
     multiply_by_quantized_multiplier,
     quantize_multiplier,
@@ -192,6 +193,19 @@ class Softmax(Kernel):
             s_in, _ = qparams(x)
             self.mult, self.shift, self.diff_min = _softmax_scaling(self.beta, s_in, ctx)
             self.out_dtype = np.dtype(y.dtype)
+            # Everything up to the row sum depends only on the int8 difference max - x (0..255):
+            # tables indexed by it hold the Q0.31 exponential (0 where TFLite skips the entry,
+            # which makes the final product 0, i.e. the output minimum) and its Q12.19 summand.
+            d = -np.arange(256, dtype=np.int64)
+            _, valid, scaled = _scaled_diffs(d, self.mult, self.shift, self.diff_min)
+            exps = exp_on_negative_values(scaled, _DIFF_BITS)
+            self.exp_table = np.where(valid, exps, 0)
+            self.sum_table = np.where(valid, rescale(exps, 0, _ACCUM_BITS), 0)
+            info = np.iinfo(self.out_dtype)
+            self.qmin, self.qmax = int(info.min), int(info.max)
+            self.exp_offset = 31 - 8 * self.out_dtype.itemsize
+            shape = ctx.input_shape(0)
+            self.rows = int(np.prod(shape[:-1], dtype=np.int64))
         elif x.dtype != y.dtype:
             raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
         return [ctx.input_shape(0)]
@@ -201,16 +215,36 @@ class Softmax(Kernel):
         if x.dtype == np.float32:
             e = np.exp((x - x.max(axis=-1, keepdims=True)) * _F32(self.beta))
             return [(e / e.sum(axis=-1, keepdims=True, dtype=_F32)).astype(_F32)]
-        _, valid, scaled = _scaled_diffs(x, self.mult, self.shift, self.diff_min)
-        exps = exp_on_negative_values(scaled, _DIFF_BITS)  # Q0.31
+        # max - x wraps in int8 but its bit pattern, read as uint8, is the true 0..255 difference
+        idx = np.subtract(x.max(axis=-1, keepdims=True), x).view(np.uint8)
+        exps = self.exp_table[idx]  # Q0.31, >= 0
         # sum in Q12.19 with int32 wrap-around, as the C++ accumulator
-        total = np.where(valid, rescale(exps, 0, _ACCUM_BITS), 0).sum(axis=-1, keepdims=True)
-        total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-        recip, bits_over_unit = get_reciprocal(total, _ACCUM_BITS)
-        info = np.iinfo(self.out_dtype)
-        exponent = bits_over_unit + 31 - 8 * self.out_dtype.itemsize
-        out = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(recip, exps), exponent) + info.min
-        out = np.where(valid, np.clip(out, info.min, info.max), info.min)
+        if self.rows == 1:  # one row: the per-row arithmetic on Python ints
+            total = int(self.sum_table[idx].sum())
+            recip, bits_over_unit = get_reciprocal_scalar(((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31),
+                                                          _ACCUM_BITS)
+            exponent = bits_over_unit + self.exp_offset
+            half = (1 << exponent) >> 1
+        else:
+            total = self.sum_table[idx].sum(axis=-1, keepdims=True)
+            total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+            if self.rows <= 16:
+                pairs = [get_reciprocal_scalar(int(t), _ACCUM_BITS) for t in total.reshape(-1)]
+                recip = np.array([p[0] for p in pairs], np.int64).reshape(total.shape)
+                exponent = np.array([p[1] for p in pairs], np.int64).reshape(total.shape) + self.exp_offset
+            else:
+                recip, bits_over_unit = get_reciprocal(total, _ACCUM_BITS)
+                exponent = bits_over_unit + self.exp_offset
+            half = (np.int64(1) << exponent) >> 1
+        # recip (in (0.5, 1] as Q0.31) and exps are non-negative, so SRDHM is (a*b + 2^30) >> 31
+        # and RoundingDivideByPOT is (v + 2^(e-1)) >> e; exponent >= 15 since the sum is >= 1.
+        out = exps * recip
+        out += 1 << 30
+        out >>= 31
+        out += half
+        out >>= exponent
+        out += self.qmin
+        np.minimum(out, self.qmax, out=out)
         return [out.astype(self.out_dtype)]
 
 
