@@ -7,8 +7,12 @@ integer sum to nearest, ties away from zero (``(acc +- count/2) / count`` in C i
 exactly as ``reference_integer_ops::AveragePool``; int8 max pooling takes the raw maximum. Both
 then clamp to the fused activation (quantized with the output's scale and zero point for int8).
 
-Vectorized: the input is padded once and viewed as sliding windows
-(``numpy.lib.stride_tricks.sliding_window_view``); no Python loop runs over pixels.
+Vectorized, with no Python loop over pixels. A window that covers the whole input (global
+pooling) is one reduction over H and W. Small windows (up to 16 taps) loop over the taps: each
+tap is one strided slice of the input, combined with ``np.maximum`` or added into an int32 /
+float64 accumulator, and padding goes through a buffer allocated in prepare whose border keeps
+the fill value. Larger windows use a sliding-window view of the padded input
+(``numpy.lib.stride_tricks.sliding_window_view``).
 """
 
 from __future__ import annotations
@@ -65,7 +69,65 @@ class Pool2D(Kernel):
             ones = np.pad(np.ones((h, w), np.int64), self.pads[1:3])
             count = self._windows(ones[None, :, :, None]).sum(axis=(-2, -1))
             self.count = count[0, :, :, 0][None, :, :, None]  # (1, oh, ow, 1)
+            if (self.count == self.count.flat[0]).all():
+                self.count = int(self.count.flat[0])  # every window full: a scalar divisor
+        # fast paths: a window covering the whole input, or a loop over a few taps
+        self.is_global = (self.oh == 1 and self.ow == 1 and pt == 0 and pl == 0
+                          and self.fh >= h and self.fw >= w)
+        self.tap_loop = not self.is_global and self.fh * self.fw <= 16
+        self.clamp = (not self.int8) or (self.qlo, self.qhi) != (-128, 127)
+        self.xp = None
+        if self.tap_loop and (any(self.pads[1]) or any(self.pads[2])):
+            hp, wp = h + pt + self.pads[1][1], w + pl + self.pads[2][1]
+            self.xp = np.full((n, hp, wp, c), self.fill, np.int8 if self.int8 else np.float32)
+            self.xp_inner = self.xp[:, pt:pt + h, pl:pl + w, :]
         return [(n, self.oh, self.ow, c)]
+
+    def _tap_slices(self, xp: np.ndarray) -> list[np.ndarray]:
+        sh, sw, oh, ow = self.sh, self.sw, self.oh, self.ow
+        return [xp[:, ky:ky + (oh - 1) * sh + 1:sh, kx:kx + (ow - 1) * sw + 1:sw, :]
+                for ky in range(self.fh) for kx in range(self.fw)]
+
+    def _finish_int8_average(self, acc: np.ndarray) -> np.ndarray:
+        """acc / count rounded half away from zero (C: (acc +- count/2) / count), then the clamp."""
+        count = self.count
+        neg = acc < 0
+        t = np.abs(acc)
+        t += count // 2
+        t //= count
+        np.negative(t, out=t, where=neg)
+        np.clip(t, self.qlo, self.qhi, out=t)
+        return t.astype(np.int8)
+
+    def _fast(self, x: np.ndarray) -> np.ndarray:
+        if self.is_global:
+            if self.is_max:
+                y = x.max(axis=(1, 2), keepdims=True)
+            elif self.int8:
+                return self._finish_int8_average(x.sum(axis=(1, 2), keepdims=True, dtype=np.int32))
+            else:
+                y = (x.sum(axis=(1, 2), keepdims=True, dtype=np.float64) / self.count).astype(np.float32)
+        else:
+            if self.xp is not None:
+                np.copyto(self.xp_inner, x)
+                x = self.xp
+            taps = self._tap_slices(x)
+            if self.is_max:
+                y = taps[0].copy() if len(taps) == 1 else np.maximum(taps[0], taps[1])
+                for t in taps[2:]:
+                    np.maximum(y, t, out=y)
+            else:
+                acc = np.zeros(taps[0].shape, np.int32 if self.int8 else np.float64)
+                for t in taps:
+                    acc += t
+                if self.int8:
+                    return self._finish_int8_average(acc)
+                y = (acc / self.count).astype(np.float32)
+        if self.int8:
+            if self.clamp:
+                np.clip(y, self.qlo, self.qhi, out=y)
+            return y
+        return apply_float_activation(y, self.act).astype(np.float32, copy=False)
 
     def _windows(self, xp: np.ndarray) -> np.ndarray:
         win = sliding_window_view(xp, (self.fh, self.fw), axis=(1, 2))
@@ -73,6 +135,8 @@ class Pool2D(Kernel):
 
     def eval(self, inputs):
         x = inputs[0]
+        if self.is_global or self.tap_loop:
+            return [self._fast(x)]
         xp = np.pad(x, self.pads, constant_values=self.fill)
         win = self._windows(xp)
         if self.is_max:
