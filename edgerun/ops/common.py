@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -168,9 +169,12 @@ class Requantizer:
         """The scaled accumulators in a scratch int64 array (valid until the next requantization)."""
         shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m), np.shape(bias) if bias is not None else ())
         x = scratch("requant.x", shape, np.int64)
-        np.copyto(x, acc, casting="unsafe")  # integer-valued float accumulators convert exactly
+        # integer-valued float accumulators convert exactly (float32 + int64 bias adds in float64,
+        # exact below 2^53)
         if bias is not None:
-            x += bias
+            np.add(acc, bias, out=x, casting="unsafe")
+        else:
+            np.copyto(x, acc, casting="unsafe")
         if self.left is not None:
             x <<= self.left
             x += 1 << 31
@@ -195,7 +199,8 @@ class Requantizer:
     def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
         """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
         y = self._scaled(acc, with_zp=True, bias=bias)
-        np.clip(y, self.qmin, self.qmax, out=y)
+        np.maximum(y, self.qmin, out=y)  # two ufuncs: cheaper than np.clip on small arrays
+        np.minimum(y, self.qmax, out=y)
         return y.astype(self.dtype)
 
 
@@ -209,16 +214,28 @@ def scratch(key: str, shape, dtype) -> np.ndarray:
     kernel: use it only for temporaries inside one ``eval``, never for returned outputs. Reusing
     the memory avoids a fresh multi-megabyte allocation (and its page faults) per node.
     """
-    pool = getattr(_SCRATCH, "pool", None)
-    if pool is None:
-        pool = _SCRATCH.pool = {}
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    try:
+        views = _SCRATCH.views
+    except AttributeError:
+        views = _SCRATCH.views = {}
+        _SCRATCH.pool = {}
+    pool = _SCRATCH.pool
+    # the view made for this (key, shape, dtype) stays valid while the key's buffer is not regrown
+    vkey = (key, shape if type(shape) is tuple else tuple(shape), dtype)
+    hit = views.get(vkey)
+    if hit is not None and hit[0] is pool.get(key):
+        return hit[1]
+    dt = np.dtype(dtype)
+    nbytes = math.prod(int(d) for d in vkey[1]) * dt.itemsize
     buf = pool.get(key)
     if buf is None or buf.nbytes < nbytes + 64:  # room for the alignment offset too
         buf = pool[key] = np.empty(nbytes + 128, np.uint8)
     off = (-buf.ctypes.data) % 64  # cache-line aligned view
-    return buf[off:off + nbytes].view(dtype).reshape(shape)
+    view = buf[off:off + nbytes].view(dt).reshape(vkey[1])
+    if len(views) > 4096:  # many distinct shapes (e.g. resized inputs): start over
+        views.clear()
+    views[vkey] = (buf, view)
+    return view
 
 
 def check_weighted_types(ctx, x_index: int, w_index: int, bias_index: int | None) -> bool:
