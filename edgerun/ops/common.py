@@ -167,7 +167,11 @@ class Requantizer:
 
     def _scaled(self, acc: np.ndarray, with_zp: bool, bias=None) -> np.ndarray:
         """The scaled accumulators in a scratch int64 array (valid until the next requantization)."""
-        shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m), np.shape(bias) if bias is not None else ())
+        shape = acc.shape
+        if not (shape and self.m.ndim <= 1 and (self.m.size == 1 or self.m.shape[0] == shape[-1])
+                and (bias is None or (np.ndim(bias) == 1 and np.shape(bias)[0] == shape[-1]))):
+            shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
+                                        np.shape(bias) if bias is not None else ())
         x = scratch("requant.x", shape, np.int64)
         # integer-valued float accumulators convert exactly (float32 + int64 bias adds in float64,
         # exact below 2^53)

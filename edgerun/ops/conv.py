@@ -172,6 +172,7 @@ class Conv2D(Kernel):
         wm = np.asarray(wdata, np.float32).reshape(g, og, kh * kw * ci).transpose(0, 2, 1)
         self.wmats = [np.ascontiguousarray(wm[i]) for i in range(g)]
         self.pointwise = kh == kw == 1 and sh == sw == 1 and not (pt or pb or pl or pr)
+        self._view = (None, None)  # (padded input, its im2col view)
         if self.quantized:
             _, x_zp = qparams(ctx.input(0))
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, x_zp)
@@ -197,7 +198,9 @@ class Conv2D(Kernel):
         if self.pointwise:
             cols = xp.reshape(m, -1)
         else:
-            view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+            if self._view[0] is not xp:  # the padded buffer is usually the same array every time
+                self._view = (xp, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
+            view = self._view[1]
             buf = scratch("conv.cols", view.shape, np.float32)
             np.copyto(buf, view)
             cols = buf.reshape(m, -1)
