@@ -164,14 +164,68 @@ class Requantizer:
         self.neg = shrink((right > 0).astype(np.int64) << 31)
         self.total = shrink(31 + right)
         self.any_neg = bool(np.any(self.neg))
+        self._tiles: dict = {}
+        self._layouts: dict = {}
 
-    def _scaled(self, acc: np.ndarray, with_zp: bool, bias=None) -> np.ndarray:
-        """The scaled accumulators in a scratch int64 array (valid until the next requantization)."""
+    #: per-channel constants are tiled along the last axis up to this many values, so that the
+    #: ufuncs run long inner loops instead of one short loop per pixel
+    TILE = 2048
+
+    def _tiled(self, reps: int, bias):
+        """The constants (m, left, add_plain, add_zp, neg, total, bias) repeated ``reps`` times."""
+        key = (reps, id(bias))
+        hit = self._tiles.get(key)
+        if hit is not None and hit[0] is bias:
+            return hit[1]
+
+        def t(a):
+            return np.tile(a, reps) if isinstance(a, np.ndarray) and a.size > 1 else a
+
+        consts = (t(self.m), t(self.left) if self.left is not None else None, t(self.add_plain),
+                  t(self.add_zp), t(self.neg), t(self.total), t(bias) if bias is not None else None)
+        if len(self._tiles) > 64:
+            self._tiles.clear()
+        self._tiles[key] = (bias, consts)
+        return consts
+
+    def _layout(self, acc: np.ndarray, bias) -> tuple[tuple[int, ...], int]:
+        """(2-D work shape, repetitions) for ``acc`` with per-channel constants on its last axis,
+        or ((), 0) when the generic broadcasting path is needed."""
         shape = acc.shape
-        if not (shape and self.m.ndim <= 1 and (self.m.size == 1 or self.m.shape[0] == shape[-1])
-                and (bias is None or (np.ndim(bias) == 1 and np.shape(bias)[0] == shape[-1]))):
-            shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
-                                        np.shape(bias) if bias is not None else ())
+        if not shape:
+            return (), 0
+        c = shape[-1]
+        if not (self.m.ndim <= 1 and self.m.size in (1, c)
+                and (bias is None or (isinstance(bias, np.ndarray) and bias.ndim == 1 and bias.size == c))):
+            return (), 0
+        key = (shape, c)
+        hit = self._layouts.get(key)
+        if hit is None:
+            rows = acc.size // c if c else 0
+            reps = 1
+            if c and c < self.TILE:
+                for r in range(min(rows, self.TILE // c), 0, -1):
+                    if rows % r == 0:
+                        reps = r
+                        break
+            hit = self._layouts[key] = ((rows // reps if reps else 0, reps * c), reps)
+        return hit
+
+    def _scaled(self, acc: np.ndarray, with_zp: bool, bias=None) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The scaled accumulators in a scratch int64 array (valid until the next requantization),
+        and the shape of the result (the array may hold it in a 2-D work layout)."""
+        acc = np.asarray(acc)
+        work, reps = self._layout(acc, bias)
+        if reps:
+            out_shape = acc.shape
+            acc = acc.reshape(work)
+            m, left, add_plain, add_zp, neg, total, bias = self._tiled(reps, bias)
+            shape = work
+        else:
+            m, left, add_plain, add_zp, neg, total = (self.m, self.left, self.add_plain, self.add_zp,
+                                                      self.neg, self.total)
+            shape = out_shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
+                                                    np.shape(bias) if bias is not None else ())
         x = scratch("requant.x", shape, np.int64)
         # integer-valued float accumulators convert exactly (float32 + int64 bias adds in float64,
         # exact below 2^53)
@@ -179,33 +233,34 @@ class Requantizer:
             np.add(acc, bias, out=x, casting="unsafe")
         else:
             np.copyto(x, acc, casting="unsafe")
-        if self.left is not None:
-            x <<= self.left
+        if left is not None:
+            x <<= left
             x += 1 << 31
             x &= 0xFFFFFFFF
             x -= 1 << 31
-        x *= self.m
+        x *= m
         x += 1 << 30
         if self.any_neg:
             n = np.right_shift(x, 63, out=scratch("requant.n", shape, np.int64))  # -1 where x*m + 2^30 < 0
-            n &= self.neg
+            n &= neg
             x -= n
-        x += self.add_zp if (with_zp and self.fold_zp) else self.add_plain
-        x >>= self.total
+        x += add_zp if (with_zp and self.fold_zp) else add_plain
+        x >>= total
         if with_zp and not self.fold_zp:
             x += self.zero_point
-        return x
+        return x, out_shape
 
     def scale(self, acc: np.ndarray) -> np.ndarray:
         """MultiplyByQuantizedMultiplier(acc, m, shift) as int64 (no zero point, no clamp)."""
-        return self._scaled(acc, with_zp=False).copy()
+        x, shape = self._scaled(acc, with_zp=False)
+        return x.reshape(shape).copy()
 
     def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
         """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
-        y = self._scaled(acc, with_zp=True, bias=bias)
+        y, shape = self._scaled(acc, with_zp=True, bias=bias)
         np.maximum(y, self.qmin, out=y)  # two ufuncs: cheaper than np.clip on small arrays
         np.minimum(y, self.qmax, out=y)
-        return y.astype(self.dtype)
+        return y.astype(self.dtype).reshape(shape)
 
 
 _SCRATCH = threading.local()
