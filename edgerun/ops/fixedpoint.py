@@ -146,38 +146,38 @@ def get_reciprocal(x, x_integer_digits: int):
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
 
 
+def _wrap_s(v: int) -> int:
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _srdhm_s(a: int, b: int) -> int:
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    ab = a * b
+    s = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+    return s >> 31 if s >= 0 else -((-s) >> 31)
+
+
+def _mul_pot_s(v: int, e: int) -> int:
+    """saturating_rounding_multiply_by_pot for a positive exponent, on a Python int."""
+    threshold = (1 << (31 - e)) - 1
+    return INT32_MAX if v > threshold else INT32_MIN if v < -threshold else _wrap_s(v << e)
+
+
 def get_reciprocal_scalar(x: int, x_integer_digits: int) -> tuple[int, int]:
     """:func:`get_reciprocal` on one Python int (a row's sum): the same gemmlowp steps in plain
     integer arithmetic, which beats a chain of numpy calls on one-element arrays."""
-
-    def wrap(v):
-        return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-    def srdhm(a, b):
-        if a == b == INT32_MIN:
-            return INT32_MAX
-        ab = a * b
-        s = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
-        return s >> 31 if s >= 0 else -((-s) >> 31)
-
-    def half_sum(a, b):
-        t = a + b + (1 if a + b >= 0 else -1)
-        return t // 2 if t >= 0 else -((-t) // 2)
-
-    def mul_pot(v, e):  # saturating_rounding_multiply_by_pot for e in (1, 2)
-        threshold = (1 << (31 - e)) - 1
-        return INT32_MAX if v > threshold else INT32_MIN if v < -threshold else wrap(v << e)
-
     u = int(x) & 0xFFFFFFFF
     headroom_plus_one = 32 - u.bit_length()
-    shifted = (u << headroom_plus_one) & 0xFFFFFFFF
-    a = wrap(shifted - (1 << 31))
-    half_denominator = half_sum(a, INT32_MAX)
-    r = wrap(1515870810 + srdhm(half_denominator, -1010580540))
+    a = _wrap_s(((u << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31))
+    t = a + INT32_MAX
+    t += 1 if t >= 0 else -1
+    half_denominator = t // 2 if t >= 0 else -((-t) // 2)  # rounding_half_sum(a, 1.0)
+    r = _wrap_s(1515870810 + _srdhm_s(half_denominator, -1010580540))
     for _ in range(3):
-        one_minus = wrap((1 << 29) - srdhm(half_denominator, r))
-        r = wrap(r + mul_pot(srdhm(r, one_minus), 2))
-    return mul_pot(r, 1), x_integer_digits - headroom_plus_one
+        one_minus = _wrap_s((1 << 29) - _srdhm_s(half_denominator, r))
+        r = _wrap_s(r + _mul_pot_s(_srdhm_s(r, one_minus), 2))
+    return _mul_pot_s(r, 1), x_integer_digits - headroom_plus_one
 
 
 def get_inv_sqrt_quantized_multiplier_exp(x, reverse_shift: int):

@@ -224,6 +224,13 @@ class Softmax(Kernel):
             recip, bits_over_unit = get_reciprocal_scalar(((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31),
                                                           _ACCUM_BITS)
             exponent = bits_over_unit + self.exp_offset
+            if exponent <= 31:  # both roundings in one shift (see below); no int64 overflow
+                out = exps * recip
+                out += (1 << 30) + (((1 << exponent) >> 1) << 31)
+                out >>= 31 + exponent
+                out += self.qmin
+                np.minimum(out, self.qmax, out=out)
+                return [out.astype(self.out_dtype)]
             half = (1 << exponent) >> 1
         else:
             total = self.sum_table[idx].sum(axis=-1, keepdims=True)
@@ -238,6 +245,8 @@ class Softmax(Kernel):
             half = (np.int64(1) << exponent) >> 1
         # recip (in (0.5, 1] as Q0.31) and exps are non-negative, so SRDHM is (a*b + 2^30) >> 31
         # and RoundingDivideByPOT is (v + 2^(e-1)) >> e; exponent >= 15 since the sum is >= 1.
+        # As floor(floor(a / 2^31) + h) / 2^e) == floor((a + h*2^31) / 2^(31+e)), the two shifts
+        # merge into one when h*2^31 leaves room in int64 (e <= 31: a row sum below 512).
         out = exps * recip
         out += 1 << 30
         out >>= 31

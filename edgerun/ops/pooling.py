@@ -91,6 +91,20 @@ class Pool2D(Kernel):
     def _finish_int8_average(self, acc: np.ndarray) -> np.ndarray:
         """acc / count rounded half away from zero (C: (acc +- count/2) / count), then the clamp."""
         count = self.count
+        if isinstance(count, int):
+            # C's (acc +- count/2) / count as a floor division: for acc < 0 it is
+            # floor((acc + h - 1) / count) when count = 2h is even and floor((acc + h) / count)
+            # when count = 2h + 1 is odd (then there are no ties); acc >> 31 is -1 for acc < 0.
+            if count % 2 == 0:
+                acc += acc >> 31
+            acc += count // 2
+            if count & (count - 1) == 0:
+                acc >>= count.bit_length() - 1
+            else:
+                acc //= count
+            np.maximum(acc, self.qlo, out=acc)
+            np.minimum(acc, self.qhi, out=acc)
+            return acc.astype(np.int8)
         neg = acc < 0
         t = np.abs(acc)
         t += count // 2
@@ -117,8 +131,12 @@ class Pool2D(Kernel):
                 for t in taps[2:]:
                     np.maximum(y, t, out=y)
             else:
-                acc = np.zeros(taps[0].shape, np.int32 if self.int8 else np.float64)
-                for t in taps:
+                acc_dtype = np.int32 if self.int8 else np.float64
+                if len(taps) == 1:
+                    acc = taps[0].astype(acc_dtype)
+                else:
+                    acc = np.add(taps[0], taps[1], dtype=acc_dtype)
+                for t in taps[2:]:
                     acc += t
                 if self.int8:
                     return self._finish_int8_average(acc)
