@@ -7,10 +7,11 @@ sure every path, not only the one the other op tests happen to reach, is exercis
 
 import numpy as np
 import pytest
+from test_ops_conv import conv_spec, dw_spec  # helpers only: no tests are re-collected
 
 from edgerun.ir import ModelBuilder
-from edgerun.ops.common import conv_output_size
-from edgerun.ops.fixedpoint import get_reciprocal, get_reciprocal_scalar
+from edgerun.ops.common import Requantizer, conv_output_size, scratch
+from edgerun.ops.fixedpoint import get_reciprocal, get_reciprocal_scalar, multiply_by_quantized_multiplier
 from edgerun.schema.tflite import Activation, Padding
 from edgerun.testing import compare_with_litert
 
@@ -92,3 +93,84 @@ def test_pool_float_paths(op, geom):
     b.output(y)
     xv = np.random.default_rng(2).normal(size=shape).astype(np.float32)
     compare_with_litert(b.to_bytes(), [xv])
+
+
+# --- conv / depthwise / fully connected: small and large paths ----------------------------------
+
+@pytest.mark.parametrize("geom", [
+    ((1, 8, 8, 8), 1, (1, 1)),      # one einsum (mcu-sized)
+    ((1, 48, 48, 8), 1, (1, 1)),    # 18432 outputs: per-tap multiply-adds
+    ((1, 64, 64, 16), 1, (2, 2)),   # strided, above the einsum size: stride phases
+    ((1, 40, 40, 4), 2, (1, 1)),    # depth multiplier 2, above the einsum size
+    ((1, 130, 130, 8), 1, (1, 1)),  # padded input larger than a kernel's own buffer: shared scratch
+])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_depthwise_int8_paths(geom, per_channel):
+    shape, dm, stride = geom
+    dw_spec(shape, dm, 3, 3, stride=stride, seed=5).run_int8(per_channel=per_channel, x_zp=-20)
+
+
+@pytest.mark.parametrize("geom", [
+    ((1, 16, 16, 3), 8, 3, (2, 2)),      # im2col through the kernel's own padded buffer
+    ((1, 8, 8, 8), 16, 1, (1, 1)),       # pointwise
+    ((1, 100, 100, 8), 8, 3, (1, 1)),    # padded input in the shared scratch buffer
+    ((1, 2, 2, 4), 2100, 1, (1, 1)),     # more output channels than the requantizer tiles
+    ((1, 7, 7, 8), 24, 3, (1, 1)),       # 49 pixels: work layout with an odd row count
+])
+def test_conv_int8_paths(geom):
+    shape, oc, k, stride = geom
+    conv_spec(shape, oc, k, k, stride=stride, seed=6).run_int8(x_zp=7)
+
+
+def test_model_runs_twice_with_interleaved_shapes():
+    """Scratch views are cached per (key, shape, dtype): two models of different sizes alternating
+    in one thread must keep giving LiteRT's results."""
+    a = dw_spec((1, 8, 8, 8), 1, 3, 3, seed=1)
+    b = dw_spec((1, 48, 48, 8), 1, 3, 3, seed=2)
+    rng = np.random.default_rng(0)
+    for spec in (a, b, a, b):
+        spec.run_int8(x_zp=int(rng.integers(-20, 20)))
+
+
+def _fc(units, k, bias_scale, seed):
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder()
+    x = b.input("x", (1, k), "int8", (0.05, -4))
+    ws = (rng.uniform(0.005, 0.02, units)).astype(np.float32)
+    w = b.const("w", rng.integers(-127, 128, (units, k)).astype(np.int8), "int8",
+                (ws, np.zeros(units, np.int64), 0))
+    bs = (np.float32(0.05) * ws).astype(np.float32)
+    bias = b.const("b", (rng.normal(0, 1, units) * bias_scale).astype(np.int32), "int32",
+                   (bs, np.zeros(units, np.int64), 0))
+    y = b.tensor("y", (1, units), "int8", (0.5, 3))
+    b.op("FULLY_CONNECTED", [x, w, bias], [y])
+    b.output(y)
+    return b.to_bytes()
+
+
+@pytest.mark.parametrize("units,k,bias_scale", [
+    (64, 256, 300.0),   # bounded accumulators: float64 fast path
+    (10, 64, 3000.0),
+    (16, 32, 4e8),      # a bias near int32's limit: the general path with its overflow handling
+])
+def test_fully_connected_int8_paths(units, k, bias_scale):
+    x = np.random.default_rng(k).integers(-128, 128, (1, k)).astype(np.int8)
+    got = compare_with_litert(_fc(units, k, bias_scale, seed=units), [x])[0]
+    assert len(np.unique(got)) > 1
+
+
+def test_requantizer_work_layout_matches_broadcasting():
+    """The tiled 2-D work layout gives the same values as plain broadcasting, for every shape kind."""
+    rng = np.random.default_rng(4)
+    for shape in [(1, 7, 7, 8), (3, 5), (2, 1, 1, 2100), (13,), (1, 6, 6, 128)]:
+        c = shape[-1]
+        m = rng.integers(1 << 30, (1 << 31) - 1, c)
+        sh = rng.integers(-12, 2, c)
+        acc = rng.integers(-(1 << 20), 1 << 20, shape).astype(np.float32)
+        bias = rng.integers(-5000, 5000, c).astype(np.int64)
+        rq = Requantizer(m, sh, -5, -128, 127)
+        got = rq(acc, bias)
+        scratch("requant.x", (7,), np.int64)  # another shape under the same key in between
+        want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + bias, m, sh) - 5, -128, 127)
+        assert got.shape == shape and np.array_equal(got.astype(np.int64), want)
+        assert np.array_equal(rq(acc, bias), got)  # second call: cached tiles
