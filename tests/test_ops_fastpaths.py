@@ -174,3 +174,17 @@ def test_requantizer_work_layout_matches_broadcasting():
         want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + bias, m, sh) - 5, -128, 127)
         assert got.shape == shape and np.array_equal(got.astype(np.int64), want)
         assert np.array_equal(rq(acc, bias), got)  # second call: cached tiles
+
+
+@pytest.mark.parametrize("low_m", [False, True])
+def test_requantizer_any_multiplier(low_m):
+    """Multipliers below 2^30 (never made by QuantizeMultiplier, but accepted) take the general sign
+    test; powers of two (m = 2^30) put x = -1 on the boundary of the early sign test."""
+    rng = np.random.default_rng(9)
+    c = 6
+    m = rng.integers(1, 1 << 30, c) if low_m else np.full(c, 1 << 30)
+    sh = rng.integers(-20, 3, c)
+    x = np.concatenate([np.arange(-3000, 3000), rng.integers(-(1 << 24), 1 << 24, 4000)])[:, None] * np.ones(c, np.int64)
+    for zp in (-128, 0, 77, 300):
+        want = np.clip(multiply_by_quantized_multiplier(x, m, sh) + zp, -128, 127)
+        assert np.array_equal(Requantizer(m, sh, zp, -128, 127)(x.astype(np.float32)).astype(np.int64), want)

@@ -9,6 +9,11 @@ import numpy as np
 
 from edgerun.schema.tflite import Activation, Padding
 
+try:  # the clip ufunc itself: one pass, without np.clip's Python-level argument handling
+    from numpy._core.umath import clip as clip_ufunc
+except ImportError:  # pragma: no cover - numpy 1.x
+    from numpy.core.umath import clip as clip_ufunc
+
 QRANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-(1 << 31), (1 << 31) - 1)}
 
 
@@ -164,6 +169,13 @@ class Requantizer:
         self.neg = shrink((right > 0).astype(np.int64) << 31)
         self.total = shrink(31 + right)
         self.any_neg = bool(np.any(self.neg))
+        # x*m + 2^30 < 0 exactly when x < 0 if m >= 2^30, except x*m == -2^30 (x = -1,
+        # m = 2^30), where Q = 0 and both corrections give the same floor (the 2^31 taken off is
+        # below the 2^(31+e) step once the 2^(30+e) rounding half is added). So the sign may be
+        # read before the multiply, and 2^30 merges into the rounding constant: one pass fewer.
+        self.sign_first = bool(np.all((self.m >= (1 << 30)) | (np.broadcast_to(self.neg, self.m.shape) == 0)))
+        self.add_plain_30 = shrink((half << 31) + (1 << 30))
+        self.add_zp_30 = shrink((half << 31) + zp_term + (1 << 30))
         self._tiles: dict = {}
         self._layouts: dict = {}
 
@@ -181,8 +193,8 @@ class Requantizer:
         def t(a):
             return np.tile(a, reps) if isinstance(a, np.ndarray) and a.size > 1 else a
 
-        consts = (t(self.m), t(self.left) if self.left is not None else None, t(self.add_plain),
-                  t(self.add_zp), t(self.neg), t(self.total), t(bias) if bias is not None else None)
+        consts = (t(self.m), t(self.left) if self.left is not None else None, t(self.add_plain_30),
+                  t(self.add_zp_30), t(self.neg), t(self.total), t(bias) if bias is not None else None)
         if len(self._tiles) > 64:
             self._tiles.clear()
         self._tiles[key] = (bias, consts)
@@ -222,7 +234,7 @@ class Requantizer:
             m, left, add_plain, add_zp, neg, total, bias = self._tiled(reps, bias)
             shape = work
         else:
-            m, left, add_plain, add_zp, neg, total = (self.m, self.left, self.add_plain, self.add_zp,
+            m, left, add_plain, add_zp, neg, total = (self.m, self.left, self.add_plain_30, self.add_zp_30,
                                                       self.neg, self.total)
             shape = out_shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
                                                     np.shape(bias) if bias is not None else ())
@@ -238,13 +250,20 @@ class Requantizer:
             x += 1 << 31
             x &= 0xFFFFFFFF
             x -= 1 << 31
+        n = None
+        if self.any_neg and self.sign_first:
+            n = np.right_shift(x, 63, out=scratch("requant.n", shape, np.int64))  # -1 where x < 0
+            n &= neg
         x *= m
-        x += 1 << 30
-        if self.any_neg:
+        if self.any_neg and not self.sign_first:
+            x += 1 << 30
             n = np.right_shift(x, 63, out=scratch("requant.n", shape, np.int64))  # -1 where x*m + 2^30 < 0
             n &= neg
-            x -= n
+            x -= 1 << 30
+        # the rounding constants include the 2^30 of SRDHM's nudge
         x += add_zp if (with_zp and self.fold_zp) else add_plain
+        if n is not None:
+            x -= n
         x >>= total
         if with_zp and not self.fold_zp:
             x += self.zero_point
@@ -258,8 +277,7 @@ class Requantizer:
     def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
         """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
         y, shape = self._scaled(acc, with_zp=True, bias=bias)
-        np.maximum(y, self.qmin, out=y)  # two ufuncs: cheaper than np.clip on small arrays
-        np.minimum(y, self.qmax, out=y)
+        clip_ufunc(y, self.qmin, self.qmax, out=y)
         return y.astype(self.dtype).reshape(shape)
 
 

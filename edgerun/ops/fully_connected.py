@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.ops.common import (Requantizer, check_weighted_types, exact_chunk, exact_int_matmul,
+from edgerun.ops.common import (Requantizer, check_weighted_types, clip_ufunc, exact_chunk, exact_int_matmul,
                                 float_activation_range, qparams, quantized_activation_range, round_half_away,
                                 scratch)
 from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
@@ -144,8 +144,7 @@ class FullyConnected(Kernel):
             v *= self.eff
             v = round_half_away(v)
             v += self.y_zp
-            np.maximum(v, self.lo, out=v)
-            np.minimum(v, self.hi, out=v)
+            clip_ufunc(v, self.lo, self.hi, out=v)
             return [v.astype(np.int8).reshape(self.out_shape)]
         wmat, chunk, bias = self.wmat if self.wmat is not None else self._int_weights(w)
         acc = exact_int_matmul(rows.astype(np.float32), wmat, chunk).astype(np.int64)

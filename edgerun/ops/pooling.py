@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from edgerun.ops.common import (
     apply_float_activation,
+    clip_ufunc,
     conv_output_size,
     conv_padding,
     qparams,
@@ -102,15 +103,14 @@ class Pool2D(Kernel):
                 acc >>= count.bit_length() - 1
             else:
                 acc //= count
-            np.maximum(acc, self.qlo, out=acc)
-            np.minimum(acc, self.qhi, out=acc)
+            clip_ufunc(acc, self.qlo, self.qhi, out=acc)
             return acc.astype(np.int8)
         neg = acc < 0
         t = np.abs(acc)
         t += count // 2
         t //= count
         np.negative(t, out=t, where=neg)
-        np.clip(t, self.qlo, self.qhi, out=t)
+        clip_ufunc(t, self.qlo, self.qhi, out=t)
         return t.astype(np.int8)
 
     def _fast(self, x: np.ndarray) -> np.ndarray:
@@ -143,7 +143,7 @@ class Pool2D(Kernel):
                 y = (acc / self.count).astype(np.float32)
         if self.int8:
             if self.clamp:
-                np.clip(y, self.qlo, self.qhi, out=y)
+                clip_ufunc(y, self.qlo, self.qhi, out=y)
             return y
         return apply_float_activation(y, self.act).astype(np.float32, copy=False)
 
