@@ -188,3 +188,22 @@ def test_requantizer_any_multiplier(low_m):
     for zp in (-128, 0, 77, 300):
         want = np.clip(multiply_by_quantized_multiplier(x, m, sh) + zp, -128, 127)
         assert np.array_equal(Requantizer(m, sh, zp, -128, 127)(x.astype(np.float32)).astype(np.int64), want)
+
+
+@pytest.mark.parametrize("bias_mag", [1000, 1 << 23, 1 << 28])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_requantizer_bounded_float32_accumulators(bias_mag, per_channel):
+    """With acc_bound set, a bias that keeps acc + bias below 2^24 is added in float32 and the sum
+    converted to int32; a larger bias falls back to the int64 path. Both match the reference."""
+    rng = np.random.default_rng(bias_mag % 1000)
+    c = 12 if per_channel else 1
+    m = rng.integers(1 << 30, (1 << 31) - 1, c)
+    sh = rng.integers(-30, 1, c)
+    acc = rng.integers(-(1 << 22), 1 << 22, (2, 5, 5, 12)).astype(np.float32)
+    acc.flat[:4] = [0, -1, 1, -(1 << 22)]
+    bias = rng.integers(-bias_mag, bias_mag, 12).astype(np.int64)
+    rq = Requantizer(m, sh, 11, -128, 127)
+    rq.acc_bound = float(1 << 22)
+    got = rq(acc, bias)
+    want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + bias, m, sh) + 11, -128, 127)
+    assert np.array_equal(got.astype(np.int64), want)

@@ -178,6 +178,10 @@ class Requantizer:
         self.add_zp_30 = shrink((half << 31) + zp_term + (1 << 30))
         self._tiles: dict = {}
         self._layouts: dict = {}
+        #: set by a kernel that knows its float accumulators satisfy |acc| <= acc_bound: when
+        #: acc_bound + max|bias| < 2^24, acc + bias is exact in float32 and converts straight to
+        #: int32 (a cheaper pass than float -> int64)
+        self.acc_bound: float | None = None
 
     #: per-channel constants are tiled along the last axis up to this many values, so that the
     #: ufuncs run long inner loops instead of one short loop per pixel
@@ -193,8 +197,12 @@ class Requantizer:
         def t(a):
             return np.tile(a, reps) if isinstance(a, np.ndarray) and a.size > 1 else a
 
+        bias32 = None
+        if (bias is not None and self.acc_bound is not None and self.sign_first and self.left is None
+                and self.acc_bound + float(np.abs(bias).max(initial=0)) < FLOAT32_EXACT):
+            bias32 = t(bias).astype(np.float32)
         consts = (t(self.m), t(self.left) if self.left is not None else None, t(self.add_plain_30),
-                  t(self.add_zp_30), t(self.neg), t(self.total), t(bias) if bias is not None else None)
+                  t(self.add_zp_30), t(self.neg), t(self.total), t(bias) if bias is not None else None, bias32)
         if len(self._tiles) > 64:
             self._tiles.clear()
         self._tiles[key] = (bias, consts)
@@ -231,14 +239,36 @@ class Requantizer:
         if reps:
             out_shape = acc.shape
             acc = acc.reshape(work)
-            m, left, add_plain, add_zp, neg, total, bias = self._tiled(reps, bias)
+            m, left, add_plain, add_zp, neg, total, bias, bias32 = self._tiled(reps, bias)
             shape = work
         else:
             m, left, add_plain, add_zp, neg, total = (self.m, self.left, self.add_plain_30, self.add_zp_30,
                                                       self.neg, self.total)
+            bias32 = None
             shape = out_shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
                                                     np.shape(bias) if bias is not None else ())
         x = scratch("requant.x", shape, np.int64)
+        if (acc.dtype == np.float32 and self.acc_bound is not None and self.acc_bound < FLOAT32_EXACT
+                and self.sign_first and left is None and (bias is None or bias32 is not None)):
+            # bounded float32 accumulators: add the bias in float32 (exact below 2^24), convert
+            # to int32, and multiply into int64
+            x32 = scratch("requant.x32", shape, np.int32)
+            if bias is not None:
+                np.add(acc, bias32, out=x32, casting="unsafe")
+            else:
+                np.copyto(x32, acc, casting="unsafe")
+            n = None
+            if self.any_neg:
+                n = np.right_shift(x32, 31, out=scratch("requant.n", shape, np.int64))  # -1 where x < 0
+                n &= neg
+            np.multiply(x32, m, out=x)
+            x += add_zp if (with_zp and self.fold_zp) else add_plain
+            if n is not None:
+                x -= n
+            x >>= total
+            if with_zp and not self.fold_zp:
+                x += self.zero_point
+            return x, out_shape
         # integer-valued float accumulators convert exactly (float32 + int64 bias adds in float64,
         # exact below 2^53)
         if bias is not None:

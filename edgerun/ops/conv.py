@@ -180,6 +180,8 @@ class Conv2D(Kernel):
             self.bias = _bias(ctx, 2, o, np.int64) - x_zp * wint.sum(axis=1)
             self.chunk = exact_chunk(128, max(1, int(np.abs(wint).max(initial=0))))
             self.requant = _conv_quant(ctx, ctx.input(0), o)
+            if kh * kw * ci <= self.chunk:  # one float32 GEMM of raw int8 inputs (|x| <= 128)
+                self.requant.acc_bound = float(kh * kw * ci * 128 * int(np.abs(wint).max(initial=0)))
         else:
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)
@@ -261,6 +263,8 @@ class DepthwiseConv2D(Kernel):
             self.pad = _PaddedInput((n, h, w, oc), pads, dtype, x_zp)
             self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
+            if dtype == np.float32:  # taps of raw int8 inputs (|x| <= 128), summed exactly
+                self.requant.acc_bound = float(taps * 128 * maxw)
         else:
             dtype = np.float32
             self.pad = _PaddedInput((n, h, w, oc), pads, dtype, 0.0)
