@@ -98,7 +98,9 @@ def test_pool_float_paths(op, geom):
 # --- conv / depthwise / fully connected: small and large paths ----------------------------------
 
 @pytest.mark.parametrize("geom", [
-    ((1, 8, 8, 8), 1, (1, 1)),      # one einsum (mcu-sized)
+    ((1, 8, 8, 8), 1, (1, 1)),      # one einsum on a contiguous window copy (mcu-sized)
+    ((1, 6, 6, 128), 1, (1, 1)),    # one einsum on the strided window view (64+ channels)
+    ((1, 7, 7, 32), 2, (2, 2)),     # 64 channels through the depth multiplier, strided
     ((1, 48, 48, 8), 1, (1, 1)),    # 18432 outputs: per-tap multiply-adds
     ((1, 64, 64, 16), 1, (2, 2)),   # strided, above the einsum size: stride phases
     ((1, 40, 40, 4), 2, (1, 1)),    # depth multiplier 2, above the einsum size

@@ -310,7 +310,14 @@ class DepthwiseConv2D(Kernel):
             x = np.repeat(x, self.dm, axis=-1)
         xp = self.pad(x)
         if self.einsum:
-            acc = np.einsum("nhwijc,ijc->nhwc", self._windows(xp), self.wf)
+            view = self._windows(xp)
+            if self.out_shape[3] < 64:  # few channels: einsum runs faster on a contiguous copy
+                cols = scratch("dw.cols", view.shape, self.dtype)
+                np.copyto(cols, view)
+                n, oh, ow, kh, kw, oc = view.shape
+                acc = np.einsum("pkc,kc->pc", cols.reshape(n * oh * ow, kh * kw, oc), self.wf.reshape(kh * kw, oc))
+                return [self.requant(acc, self.bias).reshape(self.out_shape)]
+            acc = np.einsum("nhwijc,ijc->nhwc", view, self.wf)
             return [self.requant(acc, self.bias)]
         sh, sw = self.strides
         planes = {}
