@@ -80,6 +80,13 @@ def test_pool_int8_paths(op, geom, act):
 
 
 @pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
+def test_pool_int8_large_padded_input(op):
+    """A padded input too large for a per-node buffer is padded at every eval instead."""
+    x = np.random.default_rng(8).integers(-128, 128, (1, 200, 180, 32)).astype(np.int8)
+    compare_with_litert(_pool(op, x.shape, (3, 3), (2, 2), Padding.SAME), [x])
+
+
+@pytest.mark.parametrize("op", ["AVERAGE_POOL_2D", "MAX_POOL_2D"])
 @pytest.mark.parametrize("geom", POOLS[:6])
 def test_pool_float_paths(op, geom):
     b = ModelBuilder()

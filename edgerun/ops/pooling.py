@@ -35,6 +35,9 @@ from edgerun.schema.tflite import Activation, Padding
 @register("AVERAGE_POOL_2D", "float32", "int8")
 @register("MAX_POOL_2D", "float32", "int8")
 class Pool2D(Kernel):
+    #: largest padded input a node keeps as its own buffer (border filled once in prepare)
+    OWN_BYTES = 1 << 20
+
     def prepare(self):
         ctx = self.ctx
         o = ctx.options
@@ -78,9 +81,11 @@ class Pool2D(Kernel):
         self.tap_loop = not self.is_global and self.fh * self.fw <= 16
         self.clamp = (not self.int8) or (self.qlo, self.qhi) != (-128, 127)
         self.xp = None
-        if self.tap_loop and (any(self.pads[1]) or any(self.pads[2])):
-            hp, wp = h + pt + self.pads[1][1], w + pl + self.pads[2][1]
-            self.xp = np.full((n, hp, wp, c), self.fill, np.int8 if self.int8 else np.float32)
+        self.needs_pad = self.tap_loop and (any(self.pads[1]) or any(self.pads[2]))
+        hp, wp = h + pt + self.pads[1][1], w + pl + self.pads[2][1]
+        dt = np.dtype(np.int8 if self.int8 else np.float32)
+        if self.needs_pad and n * hp * wp * c * dt.itemsize <= self.OWN_BYTES:
+            self.xp = np.full((n, hp, wp, c), self.fill, dt)
             self.xp_inner = self.xp[:, pt:pt + h, pl:pl + w, :]
         return [(n, self.oh, self.ow, c)]
 
@@ -125,6 +130,8 @@ class Pool2D(Kernel):
             if self.xp is not None:
                 np.copyto(self.xp_inner, x)
                 x = self.xp
+            elif self.needs_pad:  # too large to keep a padded copy per node
+                x = np.pad(x, self.pads, constant_values=self.fill)
             taps = self._tap_slices(x)
             if self.is_max:
                 y = taps[0].copy() if len(taps) == 1 else np.maximum(taps[0], taps[1])
