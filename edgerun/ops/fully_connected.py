@@ -135,7 +135,7 @@ class FullyConnected(Kernel):
                 y += self.bias
             np.clip(y, self.lo, self.hi, out=y)
             return [y.reshape(self.out_shape)]
-        if self.fast:
+        if self.fast and not self.fixed_point_requant:
             wmat, chunk, _ = self.wmat
             a = scratch("fc.x", rows.shape, np.float32)
             np.copyto(a, rows, casting="unsafe")
