@@ -208,7 +208,7 @@ def test_requantizer_bounded_float32_accumulators(bias_mag, per_channel):
     c = 12 if per_channel else 1
     m = rng.integers(1 << 30, (1 << 31) - 1, c)
     sh = rng.integers(-30, 1, c)
-    acc = rng.integers(-(1 << 22), 1 << 22, (2, 5, 5, 12)).astype(np.float32)
+    acc = rng.integers(-(1 << 22), 1 << 22, (2, 15, 15, 12)).astype(np.float32)  # 5400 >= 4096 values
     acc.flat[:4] = [0, -1, 1, -(1 << 22)]
     bias = rng.integers(-bias_mag, bias_mag, 12).astype(np.int64)
     rq = Requantizer(m, sh, 11, -128, 127)

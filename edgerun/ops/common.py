@@ -248,10 +248,11 @@ class Requantizer:
             shape = out_shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
                                                     np.shape(bias) if bias is not None else ())
         x = scratch("requant.x", shape, np.int64)
-        if (acc.dtype == np.float32 and self.acc_bound is not None and self.acc_bound < FLOAT32_EXACT
-                and self.sign_first and left is None and (bias is None or bias32 is not None)):
+        if (acc.dtype == np.float32 and acc.size >= 4096 and self.acc_bound is not None
+                and self.acc_bound < FLOAT32_EXACT and self.sign_first and left is None
+                and (bias is None or bias32 is not None)):
             # bounded float32 accumulators: add the bias in float32 (exact below 2^24), convert
-            # to int32, and multiply into int64
+            # to int32, and multiply into int64 (mixed-type ufuncs: worth it on larger arrays)
             x32 = scratch("requant.x32", shape, np.int32)
             if bias is not None:
                 np.add(acc, bias32, out=x32, casting="unsafe")
