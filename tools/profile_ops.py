@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Per-invoke latency of edgerun on a model, split by op type (Interpreter.set_profiling).
+
+    python tools/profile_ops.py models/mcu_small.tflite
+    python tools/profile_ops.py mobilenet:0.25:96 --runs 200
+
+``mobilenet:ALPHA:SIZE`` builds edgerun.testing.mobilenet_v1(ALPHA, SIZE) in int8. Inputs are
+random; BLAS runs on one thread (as tools/bench.py). Prints the p50 of plain invokes, then the
+mean milliseconds per invoke of each op type over a second, profiled series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="a .tflite path or mobilenet:ALPHA:SIZE")
+    ap.add_argument("--runs", type=int, default=100)
+    args = ap.parse_args()
+
+    import numpy as np
+
+    from edgerun import Interpreter
+    from edgerun.testing import mobilenet_v1, random_inputs
+
+    if args.model.startswith("mobilenet:"):
+        _, alpha, size = args.model.split(":")
+        data = mobilenet_v1(float(alpha), int(size), dtype="int8")
+    else:
+        data = Path(args.model).read_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    details = it.get_input_details()
+    for d, x in zip(details, random_inputs(details)):
+        it.set_tensor(d["index"], x)
+    for _ in range(5):
+        it.invoke()
+    times = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        it.invoke()
+        times.append(time.perf_counter() - t0)
+    print(f"{args.model}: p50 {np.median(times) * 1e3:.3f} ms per invoke ({args.runs} runs)")
+    it.set_profiling(True)
+    for _ in range(args.runs):
+        it.invoke()
+    for op, total in sorted(it.profile.items(), key=lambda kv: -kv[1]):
+        print(f"  {op:24s} {total / args.runs * 1e3:8.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
