@@ -337,6 +337,8 @@ def scratch(key: str, shape, dtype) -> np.ndarray:
     nbytes = math.prod(int(d) for d in vkey[1]) * dt.itemsize
     buf = pool.get(key)
     if buf is None or buf.nbytes < nbytes + 64:  # room for the alignment offset too
+        for stale in [k for k in views if k[0] == key]:  # views of the old buffer would keep it alive
+            del views[stale]
         buf = pool[key] = np.empty(nbytes + 128, np.uint8)
     off = (-buf.ctypes.data) % 64  # cache-line aligned view
     view = buf[off:off + nbytes].view(dt).reshape(vkey[1])

@@ -200,9 +200,12 @@ class Conv2D(Kernel):
         if self.pointwise:
             cols = xp.reshape(m, -1)
         else:
-            if self._view[0] is not xp:  # the padded buffer is usually the same array every time
-                self._view = (xp, _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
-            view = self._view[1]
+            if self._view[0] is xp:  # a small input's padded buffer is the same array every time
+                view = self._view[1]
+            else:
+                view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+                if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+                    self._view = (xp, view)
             buf = scratch("conv.cols", view.shape, np.float32)
             np.copyto(buf, view)
             cols = buf.reshape(m, -1)
@@ -294,14 +297,15 @@ class DepthwiseConv2D(Kernel):
         return [self.out_shape]
 
     def _windows(self, xp: np.ndarray) -> np.ndarray:
-        """The 6-D window view of ``xp``, cached while the padded buffer stays the same array."""
+        """The 6-D window view of ``xp``, cached for the kernel's own padded buffer."""
         if self._view[0] is xp:
             return self._view[1]
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, c = xp.shape
         s0, s1, s2, s3 = xp.strides
         v = as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
-        self._view = (xp, v)
+        if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+            self._view = (xp, v)
         return v
 
     def eval(self, inputs):
