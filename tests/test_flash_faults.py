@@ -20,6 +20,8 @@ from edgerun.errors import LinkError
 from edgerun.testing import run_litert
 
 FAST = {"ack_timeout": 0.08, "retries": 8, "slow_timeout": 0.6}
+#: how many times the test, like a user, re-runs a flash the line defeated
+USER_TRIES = 4
 #: ptys have no line rate; a high nominal baud keeps the flasher's wire-time allowance small
 BAUD = 2_000_000
 
@@ -59,6 +61,7 @@ def test_flash_survives_injected_faults_and_power_cuts(tmp_path, monkeypatch):
     rig = Rig(tmp_path, seed=1234, cut_s=(0.1, 0.9))
     rng = random.Random(99)
     outcomes = []
+    completed = []
     try:
         flash(a, rig.port, BAUD, max_payload=256, link_options=FAST)
         assert _check_not_bricked(rig, models) == hashlib.sha256(a).hexdigest()
@@ -69,24 +72,32 @@ def test_flash_survives_injected_faults_and_power_cuts(tmp_path, monkeypatch):
             if power_cut:
                 timer = threading.Timer(rng.uniform(0.05, 0.4), rig.fw.kill)
                 timer.start()
-            rig.relay.fault_rate = 0.2
-            try:
-                r = flash(target, rig.port, BAUD, max_payload=256, link_options=FAST)
-                outcomes.append(("done", r.resumed_from, r.reconnects, r.retransmissions))
-            except LinkError as e:  # DeviceError is a LinkError too: a clean refusal
-                outcomes.append(("refused", str(e)[:80]))
-            if timer:
-                timer.join()
-            if not rig.fw.alive():
-                rc = rig.fw.proc.returncode
-                assert rc == -9, f"firmware died by itself (rc {rc}):\n{rig.fw.log.decode()[-3000:]}"
-                rig.restart_firmware()  # power back on: it boots from flash
-            active = _check_not_bricked(rig, models)
-            if outcomes[-1][0] == "done":
-                assert active == hashlib.sha256(target).hexdigest()
+            # As a user would: a refused flash is simply run again (it resumes from what the
+            # device holds). Each try either completes or is refused cleanly; after every try
+            # the device must hold a runnable, known model.
+            for _try in range(USER_TRIES):
+                rig.relay.fault_rate = 0.2
+                try:
+                    r = flash(target, rig.port, BAUD, max_payload=256, link_options=FAST)
+                    outcomes.append(("done", r.resumed_from, r.reconnects, r.retransmissions))
+                except LinkError as e:  # DeviceError is a LinkError too: a clean refusal
+                    outcomes.append(("refused", str(e)[:80]))
+                if timer:
+                    timer.join()
+                    timer = None
+                if not rig.fw.alive():
+                    rc = rig.fw.proc.returncode
+                    assert rc == -9, f"firmware died by itself (rc {rc}):\n{rig.fw.log.decode()[-3000:]}"
+                    rig.restart_firmware()  # power back on: it boots from flash
+                active = _check_not_bricked(rig, models)
+                if outcomes[-1][0] == "done":
+                    assert active == hashlib.sha256(target).hexdigest()
+                    break
+            completed.append(outcomes[-1][0] == "done")
         faults = rig.relay.total_faults
         assert faults >= 100, (faults, rig.relay.faults, outcomes)
-        assert sum(o[0] == "done" for o in outcomes) >= 3, outcomes
+        # every target got onto the device within a few user retries
+        assert all(completed), outcomes
         assert any(o[0] == "done" and (o[1] > 0 or o[2] > 0) for o in outcomes) or \
             any(o[0] == "refused" for o in outcomes), outcomes
         # finally, a clean line: the flasher finishes whatever is pending and the device runs it
