@@ -24,6 +24,9 @@ from edgerun.runtime import planner
 from edgerun.schema.reader import read_model, read_model_file
 
 
+#: Deepest chain of subgraph calls (IF / WHILE / CALL_ONCE) the interpreter follows.
+MAX_CALL_DEPTH = 16
+
 #: Largest tensor the interpreter will allocate; a bigger one means a corrupt or hostile model.
 MAX_TENSOR_BYTES = 1 << 32
 
@@ -293,6 +296,7 @@ class Interpreter:
         self.resources: dict[tuple[str, str], np.ndarray] = {}
         #: init subgraphs CALL_ONCE has already run
         self.called_once: set[int] = set()
+        self._active_subgraphs: set[int] = {0}
         self._input_shapes: dict[int, dict[int, tuple[int, ...]]] = {}
         self.partitions: list = []
 
@@ -406,14 +410,29 @@ class Interpreter:
         self._runners.pop(0, None)
 
     def run_subgraph(self, index: int, inputs: list[np.ndarray] | None = None) -> list[np.ndarray]:
-        """Run subgraph ``index`` on ``inputs`` (CALL_ONCE, and control flow later)."""
+        """Run subgraph ``index`` on ``inputs`` (CALL_ONCE, IF, WHILE).
+
+        A subgraph may not (directly or through others) call itself: each has one prepared
+        runner, and a model that nests deeper than MAX_CALL_DEPTH is refused as malformed.
+        """
         if not (0 <= index < len(self._model.subgraphs)):
             raise ModelFormatError(f"subgraph {index} does not exist ({len(self._model.subgraphs)} subgraphs)")
-        r = self._runners.get(index) or self._prepare(index)
-        for i, x in zip(r.graph.inputs, inputs or []):
-            np.copyto(r.values[i], self._check_value(r, i, x))
-        r.run()
-        return [np.array(r.values[o], copy=True) for o in r.graph.outputs]
+        if index in self._active_subgraphs or len(self._active_subgraphs) >= MAX_CALL_DEPTH:
+            raise ModelFormatError(f"subgraph {index} is called recursively (call chain "
+                                   f"{sorted(self._active_subgraphs)}); TFLite models cannot recurse")
+        self._active_subgraphs.add(index)
+        try:
+            r = self._runners.get(index) or self._prepare(index)
+            given = list(inputs or [])
+            if len(given) != len(r.graph.inputs):
+                raise ModelFormatError(f"subgraph {index} takes {len(r.graph.inputs)} inputs, "
+                                       f"its caller passes {len(given)}")
+            for i, x in zip(r.graph.inputs, given):
+                np.copyto(r.values[i], self._check_value(r, i, x))
+            r.run()
+            return [np.array(r.values[o], copy=True) for o in r.graph.outputs]
+        finally:
+            self._active_subgraphs.discard(index)
 
     def reset_all_variables(self) -> None:
         self.resources.clear()
