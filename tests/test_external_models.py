@@ -23,27 +23,30 @@ CACHE = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgeru
 MEDIAPIPE = "mediapipe==0.10.14"  # the last wheels that carry their .tflite models inside
 
 
-@pytest.fixture(scope="session")
-def mediapipe_models() -> Path:
-    dest = CACHE / "mediapipe-0.10.14"
-    marker = dest / ".complete"
-    if not marker.exists():
+def _models_from_wheel(requirement: str, wheel_glob: str, dest: Path) -> Path:
+    """Download ``requirement``'s wheel once (pip, into CACHE) and unpack its .tflite files into ``dest``."""
+    if not (dest / ".complete").exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        wheels = list(CACHE.glob("mediapipe-0.10.14-*.whl"))
+        wheels = list(CACHE.glob(wheel_glob))
         if not wheels:
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", MEDIAPIPE,
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", requirement,
                                 "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
-            wheels = list(CACHE.glob("mediapipe-0.10.14-*.whl"))
+            wheels = list(CACHE.glob(wheel_glob))
             if r.returncode or not wheels:
-                pytest.skip(f"cannot fetch {MEDIAPIPE} from the package index: {r.stderr.strip()[-200:]}")
+                pytest.skip(f"cannot fetch {requirement} from the package index: {r.stderr.strip()[-200:]}")
         with zipfile.ZipFile(wheels[0]) as z:
             for name in z.namelist():
                 if name.endswith(".tflite"):
                     target = dest / Path(name).name
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(z.read(name))
-        marker.write_text("ok")
+        (dest / ".complete").write_text("ok")
     return dest
+
+
+@pytest.fixture(scope="session")
+def mediapipe_models() -> Path:
+    return _models_from_wheel(MEDIAPIPE, "mediapipe-0.10.14-*.whl", CACHE / "mediapipe-0.10.14")
 
 
 def _image(shape, seed=0):
@@ -119,23 +122,7 @@ PYMICRO_WAKEWORD = "pymicro-wakeword==2.5.0"  # ships microWakeWord's int8 strea
 
 @pytest.fixture(scope="session")
 def wakeword_models() -> Path:
-    dest = CACHE / "pymicro-wakeword-2.5.0"
-    if not (dest / ".complete").exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        wheels = list(CACHE.glob("pymicro_wakeword-2.5.0-*.whl"))
-        if not wheels:
-            r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                                PYMICRO_WAKEWORD, "-d", str(CACHE)], capture_output=True, text=True, timeout=600)
-            wheels = list(CACHE.glob("pymicro_wakeword-2.5.0-*.whl"))
-            if r.returncode or not wheels:
-                pytest.skip(f"cannot fetch {PYMICRO_WAKEWORD}: {r.stderr.strip()[-200:]}")
-        with zipfile.ZipFile(wheels[0]) as z:
-            for name in z.namelist():
-                if name.endswith(".tflite"):
-                    (dest / Path(name).name).parent.mkdir(parents=True, exist_ok=True)
-                    (dest / Path(name).name).write_bytes(z.read(name))
-        (dest / ".complete").write_text("ok")
-    return dest
+    return _models_from_wheel(PYMICRO_WAKEWORD, "pymicro_wakeword-2.5.0-*.whl", CACHE / "pymicro-wakeword-2.5.0")
 
 
 @pytest.mark.parametrize("name", ["okay_nabu.tflite", "hey_jarvis.tflite"])
