@@ -120,9 +120,9 @@ class Logistic(_LutKernel):
     @staticmethod
     def float_fn(x):
         # reference_ops::Logistic: exp(x) below -9, 1 above 16.619047, else 1 / (1 + exp(-x))
-        with np.errstate(over="ignore"):
+        with np.errstate(over="ignore"):  # exp overflows only where np.where discards it
             mid = _F32(1.0) / (_F32(1.0) + np.exp(-x))
-        y = np.where(x > _F32(16.619047164916992188), _F32(1.0), np.where(x < _F32(-9.0), np.exp(x), mid))
+            y = np.where(x > _F32(16.619047164916992188), _F32(1.0), np.where(x < _F32(-9.0), np.exp(x), mid))
         return y.astype(_F32)
 
 
