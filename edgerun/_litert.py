@@ -6,7 +6,30 @@ devices (Coral) that ship nothing newer. Imported lazily: the core never needs L
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 from edgerun.errors import DelegateUnavailableError
+
+#: The CLI sets this: LiteRT's C++ logger writes "INFO: Created TensorFlow Lite XNNPACK delegate"
+#: straight to file descriptor 2 and no environment variable silences it. Libraries leave fd 2
+#: alone (it is process-wide), so this stays off unless the process is edgerun's own command.
+QUIET_NATIVE_LOGS = False
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    if not QUIET_NATIVE_LOGS:
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def interpreter_module():
@@ -42,4 +65,14 @@ def make_interpreter(model_content: bytes, *, reference: bool = False, xnnpack: 
         kw["experimental_delegates"] = delegates
     if preserve_all:
         kw["experimental_preserve_all_tensors"] = True
-    return mod.Interpreter(model_content=bytes(model_content), num_threads=num_threads, **kw)
+    with _native_stderr_silenced():  # errors still arrive as exceptions with LiteRT's message
+        it = mod.Interpreter(model_content=bytes(model_content), num_threads=num_threads, **kw)
+    if QUIET_NATIVE_LOGS:  # XNNPACK announces itself when allocate_tensors applies it
+        allocate = it.allocate_tensors
+
+        def allocate_tensors():
+            with _native_stderr_silenced():
+                return allocate()
+
+        it.allocate_tensors = allocate_tensors
+    return it
