@@ -571,6 +571,19 @@ def coverage(interp) -> dict:
     }
 
 
+def coverage_lines(cov: dict) -> list[str]:
+    """Human-readable summary of :func:`coverage` (for ``run`` and ``bench``)."""
+    lines = [f"delegated: {cov['delegated_nodes']}/{cov['nodes']} ops ({cov['ops_pct']:.1f}%), "
+             f"{cov['macs_pct']:.1f}% of {cov['macs']:,} MACs"]
+    for p in cov["partitions"]:
+        lines.append(f"  partition {p['delegate']}#{p['index']}: nodes {p['nodes'][0]}..{p['nodes'][-1]} "
+                     f"({len(p['nodes'])} ops)")
+    for f in cov["fallback"]:
+        why = "; ".join(f"{d}: {r}" for d, r in f["reasons"].items()) or "no delegate takes it"
+        lines.append(f"  on edgerun's kernels: node {f['node']} {f['op']}/{f['dtype']} ({why})")
+    return lines
+
+
 def _refresh() -> None:
     """Forget loaded classes (tests that install a delegate at run time)."""
     _CLASSES.clear()

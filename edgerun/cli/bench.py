@@ -54,7 +54,10 @@ def bench_cli(
     if "arena_bytes" in e:
         c.print(f"edgerun arena {e['arena_bytes']:,} B, peak transient {e['peak_transient_bytes']:,} B")
     if "delegation" in e:
-        c.print(f"delegation: {e['delegation']}")
+        from edgerun.delegate import coverage_lines
+
+        for line in coverage_lines(e["delegation"]):
+            c.print(line)
 
 
 def register(app: typer.Typer) -> None:

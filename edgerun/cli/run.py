@@ -76,7 +76,9 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
         report["profile"] = [{"op": op, "ms": t * 1e3, "share": t / total}
                              for op, t in sorted(prof.items(), key=lambda kv: -kv[1])]
     if it.partitions:
-        report["partitions"] = [str(p) for p in it.partitions]
+        from edgerun.delegate import coverage
+
+        report["delegation"] = coverage(it)
     return report
 
 
@@ -169,8 +171,11 @@ def _print(report: dict) -> None:
         c.print(f"  {r['label']:<24} {r['score']:.5f}")
     if "verify" in report:
         c.print(f"verify: {report['verify']}")
-    for p in report.get("partitions", []):
-        c.print(f"partition: {p}")
+    if report.get("delegation"):
+        from edgerun.delegate import coverage_lines
+
+        for line in coverage_lines(report["delegation"]):
+            c.print(line)
 
 
 def register(app: typer.Typer) -> None:
