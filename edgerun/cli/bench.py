@@ -39,14 +39,16 @@ def bench_cli(
     from rich.table import Table
 
     t = Table(title=f"{model.name}: {runs} runs, {threads} thread(s)")
-    for col in ("engine", "p50 ms", "p90 ms", "p99 ms", "edgerun / engine"):
+    for col in ("engine", "p50 ms", "p90 ms", "p99 ms", "peak RSS growth", "edgerun / engine"):
         t.add_column(col, justify="right" if col != "engine" else "left")
     for eng, r in report["engines"].items():
         if "error" in r:
-            t.add_row(eng, "-", "-", "-", r["error"])
+            t.add_row(eng, "-", "-", "-", "-", r["error"])
             continue
         ratio = report.get("ratios", {}).get(f"edgerun/{eng}")
+        mem = r.get("peak_rss_growth_bytes")
         t.add_row(eng, f"{r['p50_ms']:.3f}", f"{r['p90_ms']:.3f}", f"{r['p99_ms']:.3f}",
+                  "?" if mem is None else f"{mem / 1024:,.0f} KiB",
                   "1.00" if eng == "edgerun" else (f"{ratio:.2f}x" if ratio else "-"))
     c = console()
     c.print(t)
