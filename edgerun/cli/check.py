@@ -20,28 +20,17 @@ def _static_arena(model) -> int:
     from edgerun.runtime import planner
 
     g = model.main
-    first, last = {}, {}
     consts = {i for i, t in enumerate(g.tensors) if t.buffer and i not in g.inputs
               and len(model.buffer_bytes(t.buffer))}
-    for i in g.inputs:
-        first[i] = last[i] = -1
-    for si, op in enumerate(g.operators):
-        for i in op.inputs:
-            if i >= 0 and i not in consts:
-                first.setdefault(i, si)
-                last[i] = max(last.get(i, si), si)
-        for o in op.outputs:
-            first.setdefault(o, si)
-            last[o] = max(last.get(o, si), si)
-    for o in g.outputs:
-        last[o] = len(g.operators)
+    life = planner.lifetimes(g.inputs, [(op.inputs, op.outputs) for op in g.operators],
+                             skip=consts, keep=g.outputs)
     bufs = []
-    for i, first_step in first.items():
+    for i, (first, last) in life.items():
         t = g.tensors[i]
         if t.np_dtype is None or t.is_variable:
             continue
         bufs.append(planner.Buffer(i, int(np.prod(t.shape, dtype=np.int64)) * t.np_dtype.itemsize,
-                                   first_step, last[i]))
+                                   first, last))
     return planner.plan(bufs)[1]
 
 

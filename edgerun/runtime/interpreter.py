@@ -170,37 +170,22 @@ class SubgraphRunner:
 
     def _plan(self) -> None:
         g = self.graph
-        n_steps = len(self.steps)
-        first: dict[int, int] = {}
-        last: dict[int, int] = {}
-        for i in g.inputs:
-            if i not in self.known:
-                first[i], last[i] = -1, -1
-        for si, st in enumerate(self.steps):
-            for i in st.inputs:
-                if i >= 0 and i not in self.known:
-                    first.setdefault(i, si)
-                    last[i] = max(last.get(i, si), si)
-            for o in st.outputs:
-                first.setdefault(o, si)
-                last[o] = max(last.get(o, si), si)
         # Outputs stay readable after invoke(). Inputs too, by default (LiteRT semantics: a second
         # invoke() without set_tensor() sees the same input); TFLM instead lets later tensors
         # reuse input memory, which preserve_inputs=False reproduces for MCU arena figures.
         keep = list(g.outputs) + (list(g.inputs) if self.interp._preserve_inputs else [])
-        for o in keep:
-            if o in first:
-                last[o] = n_steps
+        life = planner.lifetimes(g.inputs, [(st.inputs, st.outputs) for st in self.steps],
+                                 skip=self.known, keep=keep)
         if self.interp._preserve_all:
-            last = {k: n_steps for k in last}
+            life = {k: (first, len(self.steps)) for k, (first, _) in life.items()}
         bufs = []
-        for i in first:
+        for i, (first, last) in life.items():
             t = g.tensors[i]
             dt = t.np_dtype
             if dt is None or t.is_variable:
                 continue
             size = int(np.prod(_checked_shape(t, self.shapes[i]), dtype=np.int64)) * dt.itemsize
-            bufs.append(planner.Buffer(i, size, first[i], last[i]))
+            bufs.append(planner.Buffer(i, size, first, last))
         self.buffers = bufs
         self.offsets, self.arena_bytes = planner.plan(bufs)
         self.arena = np.zeros(self.arena_bytes + planner.ALIGNMENT, np.uint8)

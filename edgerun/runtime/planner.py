@@ -30,6 +30,33 @@ class Buffer:
     last: int  # last step it is live (read)
 
 
+def lifetimes(graph_inputs, steps, *, skip=frozenset(), keep=()) -> dict[int, tuple[int, int]]:
+    """{tensor: (first, last)} steps each tensor needing memory is live.
+
+    ``steps`` is the execution order as (input indices, output indices) pairs; graph inputs are
+    live from step -1; ``skip`` holds tensors that need no arena memory (constants, folded
+    values); tensors in ``keep`` stay live past the last step (``len(steps)``).
+    """
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i in graph_inputs:
+        if i not in skip:
+            first[i] = last[i] = -1
+    for si, (ins, outs) in enumerate(steps):
+        for i in ins:
+            if i >= 0 and i not in skip:
+                first.setdefault(i, si)
+                last[i] = max(last.get(i, si), si)
+        for o in outs:
+            first.setdefault(o, si)
+            last[o] = max(last.get(o, si), si)
+    end = len(steps)
+    for o in keep:
+        if o in first:
+            last[o] = end
+    return {k: (first[k], last[k]) for k in first}
+
+
 def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
