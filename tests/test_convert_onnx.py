@@ -22,7 +22,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from edgerun.convert import convert
-from edgerun.convert.onnx_frontend import session
+from edgerun.convert.onnx.load import session
 from edgerun.errors import ConversionError, UnsupportedOpError
 from edgerun.schema.reader import read_model
 from edgerun.testing import run_edgerun, run_litert

@@ -1,0 +1,145 @@
+"""Activation lowerings: Relu, Clip, Sigmoid, Tanh, HardSwish, Elu, Softmax ..."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.schema.tflite import Activation
+from edgerun.convert.onnx.lowering import _fuse_activation, _ident, _perm_shape, _unary, lowers
+from edgerun.convert.onnx.shape import _identity
+
+@lowers("Relu")
+def _relu(L, n):
+    if not _fuse_activation(L, n, Activation.RELU):
+        _unary(L, n, "RELU")
+
+
+@lowers("Clip")
+def _clip(L, n):
+    if L.opset < 11:
+        lo, hi = L.attr(n, "min", -np.inf), L.attr(n, "max", np.inf)
+    else:
+        lo = float(L.cval(n.input[1], "min")) if len(n.input) > 1 and n.input[1] else -np.inf
+        hi = float(L.cval(n.input[2], "max")) if len(n.input) > 2 and n.input[2] else np.inf
+    table = {(0.0, 6.0): ("RELU6", Activation.RELU6), (-1.0, 1.0): (None, Activation.RELU_N1_TO_1),
+             (0.0, np.inf): ("RELU", Activation.RELU)}
+    if (lo, hi) in table:
+        op, act = table[(lo, hi)]
+        if _fuse_activation(L, n, act):
+            return
+        if op is not None:  # standalone RELU_N1_TO_1 is missing from TFLM: MAXIMUM / MINIMUM below
+            _unary(L, n, op)
+            return
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    out_shape = _perm_shape(v.shape, v.perm)
+    if np.isfinite(lo):
+        t = L.g.tensor(n.output[0] + "_lo", out_shape) if np.isfinite(hi) else L.new_out(n.output[0], v.perm)
+        L.emit("MAXIMUM", [x, L.g.const(n.output[0] + "_min", np.array([lo], np.float32))], [t])
+        x = t
+    if np.isfinite(hi):
+        L.emit("MINIMUM", [x, L.g.const(n.output[0] + "_max", np.array([hi], np.float32))],
+               [L.new_out(n.output[0], v.perm)])
+    if not np.isfinite(lo) and not np.isfinite(hi):
+        _identity(L, n)
+
+
+@lowers("Sigmoid")
+def _sigmoid(L, n):
+    _unary(L, n, "LOGISTIC")
+
+
+@lowers("Tanh")
+def _tanh(L, n):
+    _unary(L, n, "TANH")
+
+
+@lowers("HardSwish")
+def _hardswish(L, n):
+    _unary(L, n, "HARD_SWISH")
+
+
+@lowers("LeakyRelu")
+def _leaky(L, n):
+    _unary(L, n, "LEAKY_RELU", alpha=float(L.attr(n, "alpha", 0.01)))
+
+
+@lowers("Neg")
+def _neg(L, n):
+    _unary(L, n, "NEG")
+
+
+@lowers("Abs")
+def _abs(L, n):
+    _unary(L, n, "ABS")
+
+
+@lowers("Exp")
+def _exp(L, n):
+    _unary(L, n, "EXP")
+
+
+@lowers("Sqrt")
+def _sqrt(L, n):
+    _unary(L, n, "SQRT")
+
+
+@lowers("Elu")
+def _elu(L, n):
+    if float(L.attr(n, "alpha", 1.0)) != 1.0:
+        raise L.unsupported("Elu with alpha != 1")
+    _unary(L, n, "ELU")
+
+
+@lowers("HardSigmoid")
+def _hardsigmoid(L, n):
+    """clip(alpha*x + beta, 0, 1) = relu6(6*alpha*x + 6*beta) / 6, with x * HardSigmoid(x) -> HARD_SWISH."""
+    alpha, beta = float(L.attr(n, "alpha", 0.2)), float(L.attr(n, "beta", 0.5))
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    shape = _perm_shape(v.shape, v.perm)
+    name = n.output[0]
+    t1 = L.g.tensor(name + "_scaled", shape)
+    L.emit("MUL", [x, L.g.const(name + "_a", np.array([6 * alpha], np.float32))], [t1], fused_activation_function=0)
+    t2 = L.g.tensor(name + "_relu6", shape)
+    L.emit("ADD", [t1, L.g.const(name + "_b", np.array([6 * beta], np.float32))], [t2],
+           fused_activation_function=Activation.RELU6)
+    L.emit("MUL", [t2, L.g.const(name + "_sixth", np.array([1 / 6], np.float32))], [L.new_out(name, v.perm)],
+           fused_activation_function=0)
+    L.hardsigmoid[name] = (n.input[0], abs(alpha - 1 / 6) < 1e-6 and abs(beta - 0.5) < 1e-6)
+
+
+@lowers("PRelu")
+def _prelu(L, n):
+    v = L.val(n.input[0])
+    slope = np.asarray(L.cval(n.input[1], "slope"), np.float32)
+    slope = slope.reshape((1,) * (v.rank - slope.ndim) + slope.shape)
+    x = L.get(n.input[0])
+    alpha = np.transpose(slope, v.perm)
+    # TFLite PRELU broadcasts alpha against the input without the batch axis
+    alpha = alpha.reshape(alpha.shape[1:]) if alpha.ndim == v.rank and alpha.shape[0] == 1 else alpha
+    L.emit("PRELU", [x, L.g.const(n.output[0] + "_alpha", alpha)], [L.new_out(n.output[0], v.perm)])
+
+
+@lowers("Softmax", "LogSoftmax")
+def _softmax(L, n):
+    v = L.val(n.input[0])
+    r = v.rank
+    axis = L.attr(n, "axis", 1 if L.opset < 13 else -1) % r
+    op = "SOFTMAX" if n.op_type == "Softmax" else "LOG_SOFTMAX"
+    opts = {"beta": 1.0} if op == "SOFTMAX" else {}
+    if L.opset < 13 and axis != r - 1 and int(np.prod(v.shape[axis + 1:])) != 1:
+        # opset < 13 coerces to 2-D at ``axis``
+        flat = (int(np.prod(v.shape[:axis])), int(np.prod(v.shape[axis:])))
+        x = L.get(n.input[0], _ident(r))
+        t = L.g.tensor(n.output[0] + "_2d", flat)
+        L.emit("RESHAPE", [x, L.g.const(n.output[0] + "_s2", np.array(flat, np.int32))], [t], new_shape=list(flat))
+        t2 = L.g.tensor(n.output[0] + "_sm", flat)
+        L.emit(op, [t], [t2], **opts)
+        out = L.new_out(n.output[0], _ident(r))
+        shp = L.g.tensors[out].shape
+        L.emit("RESHAPE", [t2, L.g.const(n.output[0] + "_s", np.array(shp, np.int32))], [out], new_shape=list(shp))
+        return
+    perm = v.perm if v.perm[-1] == axis else tuple(p for p in v.perm if p != axis) + (axis,)
+    x = L.get(n.input[0], perm)
+    L.emit(op, [x], [L.new_out(n.output[0], perm)], **opts)

@@ -1,0 +1,65 @@
+"""Gemm / MatMul lowerings."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.convert.onnx.lowering import _ident, _operand, lowers
+
+def _fully_connected(L, n, a_name, w_oi, bias, out):
+    v = L.val(a_name)
+    if a_name in L.colperm:
+        w_oi = w_oi[:, L.colperm[a_name]]
+    if v.perm[-1] != v.rank - 1:
+        perm = _ident(v.rank)
+    else:
+        perm = v.perm
+    x = L.get(a_name, perm)
+    keep = v.rank > 2
+    if bias is None:
+        bias = np.zeros(w_oi.shape[0], np.float32)
+    L.emit("FULLY_CONNECTED", [x, L.g.const(out + "_weights", w_oi.astype(np.float32)),
+                               L.g.const(out + "_bias", bias.astype(np.float32))],
+           [L.new_out(out, perm)], fused_activation_function=0, keep_num_dims=keep)
+
+
+@lowers("Gemm")
+def _gemm(L, n):
+    alpha, beta = float(L.attr(n, "alpha", 1.0)), float(L.attr(n, "beta", 1.0))
+    ta, tb = int(L.attr(n, "transA", 0)), int(L.attr(n, "transB", 0))
+    out = n.output[0]
+    if ta or L.is_const(n.input[0]) or not L.is_const(n.input[1]):
+        return _matmul_general(L, n, ta, tb, alpha, beta)
+    B = np.asarray(L.cval(n.input[1]), np.float32)
+    w = (B if tb else B.T) * alpha
+    bias = None
+    if len(n.input) > 2 and n.input[2]:
+        c = np.asarray(L.cval(n.input[2], "C"), np.float32) * beta
+        if c.size == 1:
+            bias = np.full(w.shape[0], float(c.reshape(-1)[0]), np.float32)
+        elif c.shape in ((w.shape[0],), (1, w.shape[0])):
+            bias = c.reshape(-1)
+        else:
+            raise L.unsupported(f"Gemm with C of shape {list(c.shape)}")
+    _fully_connected(L, n, n.input[0], w, bias, out)
+
+
+def _matmul_general(L, n, ta=0, tb=0, alpha=1.0, beta=1.0):
+    if ta or tb or alpha != 1.0 or (len(n.input) > 2 and n.input[2]):
+        raise L.unsupported("Gemm/MatMul of two run-time values with transposes, alpha or C")
+    a, b = L.val(n.input[0]), L.val(n.input[1])
+    ra, rb = a.rank, b.rank
+    if ra != rb or ra < 2:
+        raise L.unsupported("MatMul of run-time values with different ranks")
+    ta_ = L.get(n.input[0], _ident(ra))
+    tb_ = _operand(L, n.input[1], _ident(rb), rb)
+    L.emit("BATCH_MATMUL", [ta_, tb_], [L.new_out(n.output[0], _ident(ra))], adj_x=False, adj_y=False)
+
+
+@lowers("MatMul")
+def _matmul(L, n):
+    if L.is_const(n.input[1]) and not L.is_const(n.input[0]) and np.ndim(L.cval(n.input[1])) == 2:
+        B = np.asarray(L.cval(n.input[1]), np.float32)
+        _fully_connected(L, n, n.input[0], B.T, None, n.output[0])
+        return
+    _matmul_general(L, n)
