@@ -543,6 +543,21 @@ def delegates_supporting(op: str, dtype: str | None) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # coverage (for `edgerun bench --delegate` and `edgerun run --delegate`)
 # --------------------------------------------------------------------------------------------
+def coverage_figures(nodes: list[dict]) -> dict:
+    """Share of nodes and MACs delegated, from per-node rows (``{"delegate", "macs", ...}``).
+
+    The one computation behind ``run --delegate``, ``bench`` and ``edgerun check``. A graph
+    with no MACs is 100 % delegated by MACs exactly when every node is delegated.
+    """
+    total_macs = sum(n["macs"] for n in nodes)
+    dmacs = sum(n["macs"] for n in nodes if n["delegate"])
+    dn = sum(1 for n in nodes if n["delegate"])
+    return {"nodes": len(nodes), "delegated_nodes": dn,
+            "ops_pct": 100.0 * dn / len(nodes) if nodes else 0.0,
+            "macs": total_macs, "delegated_macs": dmacs,
+            "macs_pct": 100.0 * dmacs / total_macs if total_macs else (100.0 if nodes and dn == len(nodes) else 0.0)}
+
+
 def coverage(interp) -> dict:
     """How much of a prepared interpreter's main graph its delegates run.
 
@@ -556,15 +571,9 @@ def coverage(interp) -> dict:
         from edgerun.runtime.partition import node_report
         report = node_report(runner, [])
     nodes = report["nodes"]
-    total_macs = sum(n["macs"] for n in nodes)
-    dmacs = sum(n["macs"] for n in nodes if n["delegate"])
-    dn = sum(1 for n in nodes if n["delegate"])
     return {
         "delegates": report["delegates"],
-        "nodes": len(nodes), "delegated_nodes": dn,
-        "ops_pct": 100.0 * dn / len(nodes) if nodes else 0.0,
-        "macs": total_macs, "delegated_macs": dmacs,
-        "macs_pct": 100.0 * dmacs / total_macs if total_macs else (100.0 if nodes and dn == len(nodes) else 0.0),
+        **coverage_figures(nodes),
         "partitions": [p.to_dict() for p in interp.partitions],
         "fallback": [{"node": n["node"], "op": n["op"], "dtype": n["dtype"], "reasons": n["reasons"]}
                      for n in nodes if not n["delegate"]],

@@ -1,8 +1,10 @@
 """The ``edgerun`` command line: one module per command, thin wrappers over library functions.
 
 ``main()`` is the only place that catches :class:`EdgerunError`: it prints one line to stderr
-(or a JSON object with ``--json``) and exits non-zero. Anything else is a bug and keeps its
-traceback.
+(or a JSON object with ``--json``) and exits with the error family's code
+(``edgerun.errors.EXIT_CODES``). A check that ran and failed exits 1 through ``typer.Exit(1)``;
+``main`` returns that code (click's ``standalone_mode=False`` hands it back as the return value).
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ import json
 import os
 import sys
 
-from edgerun.errors import EdgerunError
+from edgerun.errors import EXIT_CODES, EdgerunError
+
+
+def exit_code_epilog() -> str:
+    """The exit-code table for ``--help`` (one line per code)."""
+    return "Exit codes: " + "; ".join(f"{c} {m.split(' (')[0]}" for c, m in EXIT_CODES.items()) + "."
 
 # Command modules, each defining ``register(app)``. Keep sorted.
 COMMANDS = ["bench", "check", "convert", "deploy", "devices", "flash", "inspect", "keygen",
@@ -23,7 +30,7 @@ def build_app():
     import typer
 
     app = typer.Typer(name="edgerun", no_args_is_help=True, add_completion=False,
-                      pretty_exceptions_enable=False,
+                      pretty_exceptions_enable=False, epilog=exit_code_epilog(),
                       help="Convert, run, package and deploy TFLite models to edge devices.")
 
     @app.callback(invoke_without_command=True)
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the edgerun command needs {e.name}: pip install 'edgerun[cli]'", file=sys.stderr)
         return 2
     try:
-        app(argv, standalone_mode=False)
+        rv = app(argv, standalone_mode=False)
     except EdgerunError as e:
         if _wants_json(argv):
             print(json.dumps(e.to_dict()))
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                 e.show()
                 return e.exit_code
         raise
-    return 0
+    # standalone_mode=False: a typer.Exit(code) raised in a command comes back as its code
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 def _click_exception_modules():

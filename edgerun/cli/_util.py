@@ -49,3 +49,22 @@ def progress(description: str, enabled: bool = True):
             p.update(task, completed=done, total=total)
 
         yield cb
+
+
+# -- options shared by several commands, declared once ---------------------------------------
+def _opt(*decls, help: str):
+    import typer
+
+    return typer.Option(None, *decls, help=help)
+
+
+SIZE_OPT = _opt("--size", help="Image inputs: resize to HxW, e.g. 224x224 (default: the model's input size).")
+MEAN_OPT = _opt("--mean", help="Image inputs: per-channel mean, e.g. 127.5 or 123.7,116.3,103.5.")
+STD_OPT = _opt("--std", help="Image inputs: per-channel std, e.g. 127.5 or 58.4,57.1,57.4.")
+SCALE_OPT = _opt("--scale", help="Image inputs: multiply pixels by this before mean/std (e.g. 0.00392).")
+CHANNEL_ORDER_OPT = _opt("--channel-order", help="Image inputs: RGB, BGR or L (grayscale).")
+
+
+def image_options(**kw) -> dict:
+    """The image options given on the command line (None values dropped)."""
+    return {k: v for k, v in kw.items() if v is not None}

@@ -1,179 +1,40 @@
 """``edgerun check MODEL --target rpi|coral|jetson|mcu[:BOARD]``: what each target's delegates
-would take, with no hardware present.
-
-``check_model`` is the library function (the CLI command only formats its dict): per node, which
-delegate claims it or why every delegate refuses it (op, dtype, shape rule); the partitions; the
-share of ops and MACs delegated; for MCU boards the activation arena against the board's RAM and
-the model against its flash slot. Delegates are asked for their *planning* view
-(``Delegate.check_node``): for ``edgetpu`` that is the Edge TPU compiler's rules.
+would take, with no hardware present. The library is :mod:`edgerun.check`; this module parses,
+calls and prints. Exit 0 when the target can run the model, 1 when it cannot (DOES NOT FIT, ops
+the target cannot run), see ``edgerun.errors.EXIT_CODES``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
+import typer
 
-
-def _static_arena(model) -> int:
-    """Planner arena over the stored shapes, every node in model order (no kernels needed)."""
-    from edgerun.runtime import planner
-
-    g = model.main
-    consts = {i for i, t in enumerate(g.tensors) if t.buffer and i not in g.inputs
-              and len(model.buffer_bytes(t.buffer))}
-    life = planner.lifetimes(g.inputs, [(op.inputs, op.outputs) for op in g.operators],
-                             skip=consts, keep=g.outputs)
-    bufs = []
-    for i, (first, last) in life.items():
-        t = g.tensors[i]
-        if t.np_dtype is None or t.is_variable:
-            continue
-        bufs.append(planner.Buffer(i, int(np.prod(t.shape, dtype=np.int64)) * t.np_dtype.itemsize,
-                                   first, last))
-    return planner.plan(bufs)[1]
-
-
-def _arena(model, data: bytes) -> tuple[int, str]:
-    from edgerun.errors import EdgerunError
-    from edgerun.runtime.interpreter import Interpreter
-
-    try:
-        it = Interpreter(model_content=data, preserve_inputs=False)  # as the MCU firmware and TFLM plan
-        it.allocate_tensors()
-        return it.arena_bytes, "edgerun planner"
-    except EdgerunError:
-        return _static_arena(model), "edgerun planner (stored shapes; some ops lack edgerun kernels)"
-
-
-def check_model(model_path: str | Path | bytes, target: str, *, tflm: bool = True) -> dict:
-    """The check report for ``target`` (see the module docstring) as a JSON-ready dict."""
-    from edgerun.delegate import get_delegate
-    from edgerun.ops import REGISTRY
-    from edgerun.runtime.partition import node_rows, plan
-    from edgerun.schema.reader import read_model
-    from edgerun.targets import parse_target
-
-    tgt = parse_target(target)
-    if isinstance(model_path, (bytes, bytearray)):
-        data, name = bytes(model_path), "<bytes>"
-    else:
-        data, name = Path(model_path).read_bytes(), str(model_path)
-    model = read_model(data)
-    g = model.main
-    delegates, dinfo = [], []
-    for n in tgt.delegates:
-        d = get_delegate(n)
-        delegates.append(d)
-        a = d.is_available()
-        dinfo.append({"name": n, "available": a.ok, "reason": a.reason})
-    nodes = list(range(len(g.operators)))
-    known = {i: model.tensor_data(t) for i, t in enumerate(g.tensors)
-             if t.buffer and i not in g.inputs and len(model.buffer_bytes(t.buffer))}
-    from edgerun.delegate import node_context
-    ctxs = {n: node_context(model, g, n, None, known) for n in nodes}
-    p = plan(model, 0, nodes, delegates, known=known, mode="check", contexts=ctxs)
-    rows = node_rows(model, g, nodes, p, ctxs)
-    for row in rows:
-        op = g.operators[row["node"]]
-        row["shape"] = [list(g.tensors[o].shape) for o in op.outputs]
-        d = REGISTRY.get(row["op"])
-        row["edgerun_kernel"] = bool(d and row["dtype"] in d.kernels)
-    total_macs = sum(r["macs"] for r in rows)
-    dmacs = sum(r["macs"] for r in rows if r["delegate"])
-    dn = sum(1 for r in rows if r["delegate"])
-    report = {
-        "model": name, "model_bytes": len(data), "target": str(tgt),
-        "board": None if tgt.board is None else {"name": tgt.board.name, "description": tgt.board.description,
-                                                  "ram_bytes": tgt.board.ram_bytes,
-                                                  "flash_bytes": tgt.board.flash_bytes},
-        "delegates": dinfo,
-        "nodes": rows,
-        "partitions": [pt.to_dict() for pt in p.partitions],
-        "fallback": [{"node": r["node"], "op": r["op"], "dtype": r["dtype"], "reasons": r["reasons"],
-                      "edgerun_kernel": r["edgerun_kernel"]} for r in rows if not r["delegate"]],
-        "coverage": {"nodes": len(rows), "delegated_nodes": dn,
-                     "ops_pct": 100.0 * dn / len(rows) if rows else 0.0,
-                     "macs": total_macs, "delegated_macs": dmacs,
-                     "macs_pct": 100.0 * dmacs / total_macs if total_macs else 0.0},
-    }
-    if tgt.board is not None and tgt.board.kind == "mcu":
-        b = tgt.board
-        arena, how = _arena(model, data)
-        ram = b.ram_bytes - b.firmware_ram_bytes
-        mem = {"arena_bytes": arena, "arena_source": how, "ram_bytes": b.ram_bytes,
-               "firmware_ram_bytes": b.firmware_ram_bytes, "ram_free_for_arena": ram,
-               "arena_fits": arena <= ram, "model_bytes": len(data), "flash_bytes": b.flash_bytes,
-               "model_fits": len(data) <= b.flash_bytes}
-        if tflm:
-            try:
-                from edgerun_delegates.mcu import tflm_arena
-                t = tflm_arena(data, arena_size=max(arena * 4 + 256 * 1024, 16 * len(data)))
-                mem["tflm_arena_bytes"], mem["tflm_arena_head_bytes"] = t["total"], t["head"]
-                mem["tflm_fits"] = t["total"] is not None and t["total"] <= ram
-            except Exception as e:  # noqa: BLE001  (TFLM absent or refuses the model: say so, keep the report)
-                mem["tflm_error"] = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        report["memory"] = mem
-    return report
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB"
-
-
-def format_report(rep: dict) -> list[str]:
-    lines = [f"model {rep['model']} ({_kib(rep['model_bytes'])}), target {rep['target']}"
-             + (f": {rep['board']['description']}" if rep["board"] else "")]
-    if not rep["delegates"]:
-        lines.append("delegates: none (edgerun's kernels run everything)")
-    for d in rep["delegates"]:
-        state = "available" if d["available"] else "not available here"
-        lines.append(f"delegate {d['name']}: {state} ({d['reason']})")
-    lines.append(f"partitions: {len(rep['partitions'])}")
-    for p in rep["partitions"]:
-        ops = ", ".join(f"{op} x{p['ops'].count(op)}" if p["ops"].count(op) > 1 else op
-                        for op in dict.fromkeys(p["ops"]))
-        lines.append(f"  #{p['index']} {p['delegate']}: {len(p['nodes'])} nodes "
-                     f"({p['nodes'][0]}..{p['nodes'][-1]}): {ops}")
-    fb = rep["fallback"]
-    lines.append(f"falls back to the CPU: {len(fb)} node(s)")
-    for f in fb:
-        why = "; ".join(f"{k}: {v}" for k, v in f["reasons"].items()) or "no delegate for this target"
-        kern = "" if f["edgerun_kernel"] else " [no edgerun kernel either]"
-        lines.append(f"  node {f['node']} {f['op']}/{f['dtype']}{kern}: {why}")
-    c = rep["coverage"]
-    lines.append(f"delegated: {c['delegated_nodes']}/{c['nodes']} ops ({c['ops_pct']:.1f}%), "
-                 f"{c['macs_pct']:.1f}% of {c['macs']} MACs")
-    m = rep.get("memory")
-    if m:
-        lines.append(f"arena: {_kib(m['arena_bytes'])} ({m['arena_source']}) vs {_kib(m['ram_free_for_arena'])} "
-                     f"RAM free on {rep['board']['name']}: {'fits' if m['arena_fits'] else 'DOES NOT FIT'}")
-        if "tflm_arena_bytes" in m:
-            lines.append(f"TFLM arena: {_kib(m['tflm_arena_bytes'])} total, {_kib(m['tflm_arena_head_bytes'])} "
-                         f"non-persistent: {'fits' if m['tflm_fits'] else 'DOES NOT FIT'}")
-        elif "tflm_error" in m:
-            lines.append(f"TFLM arena: not measured ({m['tflm_error']})")
-        lines.append(f"model: {_kib(m['model_bytes'])} vs {_kib(m['flash_bytes'])} flash slot: "
-                     f"{'fits' if m['model_fits'] else 'DOES NOT FIT'}")
-    return lines
+from edgerun.check import check_model, format_report  # noqa: F401  (check_model: the library API)
+from edgerun.errors import CHECK_FAILED
 
 
 def register(app) -> None:
-    import typer
-
     @app.command("check")
     def check_cli(
-        model: Path = typer.Argument(..., exists=True, dir_okay=False, help="a .tflite model"),
-        target: str = typer.Option(..., "--target", "-t", help="rpi | coral | jetson | mcu[:BOARD] (or target:BOARD)"),
+        model: Path = typer.Argument(..., help="a .tflite model or a bundle (any name, e.g. the deploy `current` link)"),
+        target: str = typer.Option(None, "--target", "-t", help="rpi | coral | jetson | mcu[:BOARD] (or "
+                                   "target:BOARD); a bundle's own target by default"),
         json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
         no_tflm: bool = typer.Option(False, "--no-tflm", help="MCU: skip measuring TFLM's arena"),
     ):
         """Show which ops each target's delegates take, the partitions, what falls back and why,
-        and for MCU boards the arena and model size against the board. Needs no hardware."""
+        and for MCU boards the arena and model size against the board. Needs no hardware.
+
+        Exit code 0 when the target can run the model, 1 when it cannot (a node no delegate or
+        kernel runs, a node an MCU board cannot run, DOES NOT FIT).
+        """
         rep = check_model(model, target, tflm=not no_tflm)
         if json_out:
             from edgerun.cli._util import emit_json
             emit_json(rep)
-            return
-        for line in format_report(rep):
-            typer.echo(line)
+        else:
+            for line in format_report(rep):
+                typer.echo(line)
+        if not rep["verdict"]["ok"]:
+            raise typer.Exit(CHECK_FAILED)

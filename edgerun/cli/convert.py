@@ -8,7 +8,9 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import console, emit_json, progress
+from edgerun.cli._util import (CHANNEL_ORDER_OPT, MEAN_OPT, SCALE_OPT, SIZE_OPT, STD_OPT, console, emit_json,
+                               progress)
+from edgerun.errors import CHECK_FAILED
 
 
 # fmt: off
@@ -33,11 +35,11 @@ def convert_cli(
                                "need full int8 make float fallback an error."),
     per_layer: bool = typer.Option(False, "--per-layer", help="Add each layer's SQNR to the report."),
     report: Path = typer.Option(None, "--report", help="Also write the report as JSON to this file."),
-    size: str = typer.Option(None, help="Image calibration: resize HxW (stored in the model's metadata)."),
-    mean: str = typer.Option(None, help="Image calibration: per-channel mean, e.g. 123.7,116.3,103.5."),
-    std: str = typer.Option(None, help="Image calibration: per-channel std, e.g. 58.4,57.1,57.4."),
-    scale: float = typer.Option(None, help="Image calibration: multiply pixels by this before mean/std."),
-    channel_order: str = typer.Option(None, "--channel-order", help="Image calibration: RGB, BGR or L."),
+    size: str = SIZE_OPT,
+    mean: str = MEAN_OPT,
+    std: str = STD_OPT,
+    scale: float = SCALE_OPT,
+    channel_order: str = CHANNEL_ORDER_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Recalibrate even if cached ranges exist."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
@@ -46,7 +48,8 @@ def convert_cli(
     The report gives, per output, SQNR, max abs error and top-1 agreement between the float model
     (ONNX Runtime / LiteRT) and the int8 model on held-back calibration samples; --per-layer shows
     where accuracy is lost. Calibration ranges are cached, so re-running with another method or io
-    type is quick.
+    type is quick. Exit code 1 when the --max-drop budget is not met or a --float model's outputs
+    differ from the source model's by more than the tolerance.
     """
     # fmt: on
     from edgerun.convert import convert
@@ -67,13 +70,15 @@ def convert_cli(
         report.write_text(json.dumps(_jsonable(d), indent=2) + "\n")
     if json_out:
         emit_json(_jsonable(d))
-        return
-    c = console()
-    for w in rep.warnings:
-        c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False, soft_wrap=True)
-    text = rep.format().split("\n")
-    c.print("\n".join(line for line in text if not line.startswith("WARNING:")), highlight=False, markup=False,
-            soft_wrap=True)
+    else:
+        c = console()
+        for w in rep.warnings:
+            c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False, soft_wrap=True)
+        text = rep.format().split("\n")
+        c.print("\n".join(line for line in text if not line.startswith("WARNING:")), highlight=False, markup=False,
+                soft_wrap=True)
+    if not rep.ok:  # budget not met, float output off the source model: the check failed
+        raise typer.Exit(CHECK_FAILED)
 
 
 def _jsonable(obj):

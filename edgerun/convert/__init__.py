@@ -55,6 +55,13 @@ class ConversionReport:
     xnnpack_partitions: int | None = None
     xnnpack_outside: list = field(default_factory=list)  # op types left outside XNNPACK
     model_bytes: bytes = field(default=b"", repr=False)
+    #: checks that ran and failed (one line each): budget not met, float output off the source model
+    failures: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """The conversion's verdict: every check it ran held (``edgerun convert`` exits 1 otherwise)."""
+        return not self.failures and self.budget_met is not False
 
     def to_dict(self) -> dict:
         return {"source": self.source, "output": self.output, "mode": self.mode, "io_type": self.io_type,
@@ -65,7 +72,7 @@ class ConversionReport:
                 "size_bytes": self.size_bytes, "sha256": self.sha256,
                 "timings": {k: round(v, 3) for k, v in self.timings.items()}, "warnings": self.warnings,
                 "io": self.io, "xnnpack_partitions": self.xnnpack_partitions,
-                "xnnpack_outside": self.xnnpack_outside}
+                "xnnpack_outside": self.xnnpack_outside, "ok": self.ok, "failures": self.failures}
 
     def format(self) -> str:
         lines = []
