@@ -8,6 +8,7 @@ sure every path, not only the one the other op tests happen to reach, is exercis
 import numpy as np
 import pytest
 from test_ops_conv import conv_spec, dw_spec  # helpers only: no tests are re-collected
+from test_ops_nonlinear import single_op
 
 from edgerun.ir import ModelBuilder
 from edgerun.ops.common import Requantizer, conv_output_size, scratch
@@ -216,3 +217,19 @@ def test_requantizer_bounded_float32_accumulators(bias_mag, per_channel):
     got = rq(acc, bias)
     want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + bias, m, sh) + 11, -128, 127)
     assert np.array_equal(got.astype(np.int64), want)
+
+
+# --- table kernels: every (alpha, x) pair of the PRELU table, every code of the unary tables ----
+
+def test_prelu_int8_table_covers_every_alpha_and_input_pair():
+    alpha = np.arange(256, dtype=np.uint8).view(np.int8)  # one channel per alpha code
+    x = np.repeat(np.arange(256, dtype=np.uint8).view(np.int8)[:, None], 256, axis=1)[None]  # (1, 256, 256)
+    for qi, qa, qo in [((0.05, 2), (0.02, -5), (0.04, -1)), ((0.5, -90), (0.004, 0), (0.3, 50))]:
+        compare_with_litert(single_op("PRELU", x.shape, "int8", qi, qo, alpha=alpha, alpha_quant=qa), [x])
+
+
+@pytest.mark.parametrize("op", ["RELU", "RELU6", "RELU_N1_TO_1", "HARD_SWISH", "ABS"])
+def test_unary_int8_tables_every_code(op):
+    x = np.arange(256, dtype=np.uint8).view(np.int8).reshape(1, 16, 16)
+    for qi, qo in [((0.05, 2), (0.04, -1)), ((0.02, -128), (0.1, 7))]:
+        compare_with_litert(single_op(op, x.shape, "int8", qi, qo), [x])

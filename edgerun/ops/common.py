@@ -312,6 +312,36 @@ class Requantizer:
         return y.astype(self.dtype).reshape(shape)
 
 
+#: every int8 value in the order of its uint8 bit pattern: the index order of a 256-entry table
+INT8_BY_BITS = np.arange(256, dtype=np.uint8).view(np.int8)
+
+
+def int8_table(values) -> np.ndarray:
+    """A 256-entry int8 table from the exact results of an elementwise kernel over INT8_BY_BITS
+    (already clamped to int8)."""
+    v = np.asarray(values)
+    if v.shape[-1:] != (256,) or v.min(initial=0) < -128 or v.max(initial=0) > 127:
+        raise ValueError("a table needs 256 results inside the int8 range")
+    return np.ascontiguousarray(v.astype(np.int8))
+
+
+class TableEval:
+    """Mixin for kernels whose int8 output is ``table[x]``: one ``np.take``, written straight into
+    the output buffer the interpreter binds (``bind_outputs``) when it has one of that shape."""
+
+    _out: np.ndarray | None = None
+
+    def bind_outputs(self, outputs: list) -> None:
+        self._out = outputs[0] if outputs and isinstance(outputs[0], np.ndarray) else None
+
+    def lookup(self, table: np.ndarray, x: np.ndarray) -> np.ndarray:
+        out = self._out
+        if out is not None and out.shape == x.shape and out.dtype == table.dtype:
+            return np.take(table, x.view(np.uint8), mode="clip", out=out)
+        # indices of a uint8 view are always in range: "clip" skips the bounds-checked buffered path
+        return np.take(table, x.view(np.uint8), mode="clip")
+
+
 _SCRATCH = threading.local()
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.errors import InputMismatchError, ModelFormatError
-from edgerun.ops.common import QRANGE, qparams, quantized_activation_range, round_half_away
+from edgerun.ops.common import QRANGE, TableEval, qparams, quantized_activation_range, round_half_away
 from edgerun.ops.fixedpoint import (
     count_leading_sign_bits32,
     get_inv_sqrt_quantized_multiplier_exp,
@@ -332,7 +332,7 @@ class FloatUnary(Kernel):
             return [self.fn(inputs[0])]
 
 
-class _Int8Unary(Kernel):
+class _Int8Unary(TableEval, Kernel):
     """int8 unary op: the per-element definition ``_compute`` tabulated over the 256 inputs."""
 
     #: inputs below the input zero point are rejected (SQRT, RSQRT)
@@ -355,7 +355,7 @@ class _Int8Unary(Kernel):
         if self.NON_NEGATIVE and np.any(x < self.zi):
             raise InputMismatchError(f"{self.ctx.name} (node {self.ctx.index}) is only defined for "
                                      f"non-negative values (an input is below its zero point {self.zi})")
-        return [np.take(self.lut, x.view(np.uint8))]
+        return [self.lookup(self.lut, x)]
 
 
 @register("ABS", "int8")

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from edgerun.ops.common import qparams
+from edgerun.ops.common import INT8_BY_BITS, TableEval, int8_table, qparams, scratch
 from edgerun.ops.fixedpoint import (
     INT32_MIN,
     exp_on_negative_values,
@@ -81,7 +81,7 @@ def _logistic_f32(x: np.ndarray) -> np.ndarray:
     return (_F32(1.0) / (_F32(1.0) + e)).astype(_F32)
 
 
-class _LutKernel(Kernel):
+class _LutKernel(TableEval, Kernel):
     """int8 via a 256-entry table from prepare; float32 via ``float_fn``."""
 
     def prepare(self):
@@ -102,7 +102,7 @@ class _LutKernel(Kernel):
     def eval(self, inputs):
         x = inputs[0]
         if x.dtype == np.int8:
-            return [self.lut[x.view(np.uint8)]]
+            return [self.lookup(self.lut, x)]
         return [self.float_fn(x)]
 
 
@@ -309,8 +309,9 @@ def _same_dtype(ctx) -> str:
 
 
 @register("LEAKY_RELU", "float32", "int8")
-class LeakyRelu(Kernel):
-    """y = x if x > 0 else alpha * x. int8: (x - zp_in) times s_in/s_out or alpha*s_in/s_out."""
+class LeakyRelu(TableEval, Kernel):
+    """y = x if x > 0 else alpha * x. int8: (x - zp_in) times s_in/s_out or alpha*s_in/s_out,
+    tabulated over the 256 input values in prepare (one lookup per invoke)."""
 
     def prepare(self):
         ctx = self.ctx
@@ -322,24 +323,33 @@ class LeakyRelu(Kernel):
             self.sign_alpha = -1 if m_alpha < 0 else 1
             self.mult_alpha = abs(m_alpha)
             self.mult_id, self.shift_id = quantize_multiplier(_f32_ratio(s_in, s_out))
+            self.lut = int8_table(self.exact(INT8_BY_BITS))
         return [ctx.input_shape(0)]
+
+    def exact(self, x: np.ndarray) -> np.ndarray:
+        """reference_ops::QuantizeLeakyRelu on int8 values."""
+        v = x.astype(np.int64) - self.zp_in
+        pos = multiply_by_quantized_multiplier(v, self.mult_id, self.shift_id)
+        neg = self.sign_alpha * multiply_by_quantized_multiplier(v, self.mult_alpha, self.shift_alpha)
+        return np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)
 
     def eval(self, inputs):
         x = inputs[0]
         if x.dtype == np.float32:
             return [np.where(x > 0, x, x * _F32(self.alpha)).astype(_F32)]
-        v = x.astype(np.int64) - self.zp_in
-        pos = multiply_by_quantized_multiplier(v, self.mult_id, self.shift_id)
-        neg = self.sign_alpha * multiply_by_quantized_multiplier(v, self.mult_alpha, self.shift_alpha)
-        return [np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)]
+        return [self.lookup(self.lut, x)]
 
 
 @register("PRELU", "float32", "int8")
-class Prelu(Kernel):
+class Prelu(TableEval, Kernel):
     """y = x if x >= 0 else alpha * x, alpha (input 1) broadcast against x (e.g. one per channel).
 
     int8: x >= 0 uses s_in/s_out; otherwise (x - zp_in) * (alpha - zp_alpha) times
     s_in*s_alpha/s_out. alpha must be int8 with per-tensor quantization.
+
+    With a constant alpha the int8 output depends only on the pair (alpha, x): prepare tabulates
+    the exact arithmetic over all 256 x 256 pairs (one 256-entry row when alpha holds a single
+    value) and eval looks up ``table[alpha_bits << 8 | x_bits]``.
     """
 
     def prepare(self):
@@ -363,17 +373,38 @@ class Prelu(Kernel):
             s_out, self.zp_out = qparams(ctx.output(0))
             self.m1, self.s1 = quantize_multiplier(_f32_ratio(s_in, s_out))
             self.m2, self.s2 = quantize_multiplier(_f32_ratio(s_in, s_alpha, s_out))
+            self.lut = self.row_offsets = None
+            a = ctx.const(1)
+            if a is not None:
+                a = np.asarray(a, np.int8)
+                if a.size and (a == a.flat[0]).all():  # one alpha value: a 256-entry table
+                    self.lut = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
+                else:  # row r of the table is alpha with bit pattern r
+                    self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], INT8_BY_BITS[:, None])).reshape(-1)
+                    self.row_offsets = a.view(np.uint8).astype(np.uint16) << 8
         return [tuple(shape)]
+
+    def exact(self, x: np.ndarray, alpha) -> np.ndarray:
+        """reference_ops::BroadcastPrelu4DSlow on int8 values (x and alpha broadcast)."""
+        v = np.asarray(x).astype(np.int64) - self.zp_in
+        a = np.asarray(alpha).astype(np.int64) - self.zp_alpha
+        pos = multiply_by_quantized_multiplier(v, self.m1, self.s1)
+        neg = multiply_by_quantized_multiplier(v * a, self.m2, self.s2)
+        return np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)
 
     def eval(self, inputs):
         x, alpha = inputs[0], inputs[1]
         if x.dtype == np.float32:
             return [np.where(x >= 0, x, x * alpha).astype(_F32)]
-        v = x.astype(np.int64) - self.zp_in
-        a = alpha.astype(np.int64) - self.zp_alpha
-        pos = multiply_by_quantized_multiplier(v, self.m1, self.s1)
-        neg = multiply_by_quantized_multiplier(v * a, self.m2, self.s2)
-        return [np.clip(np.where(v >= 0, pos, neg) + self.zp_out, -128, 127).astype(np.int8)]
+        if self.lut is None:  # alpha computed at run time
+            return [self.exact(x, alpha)]
+        if self.row_offsets is None:
+            return [self.lookup(self.lut, x)]
+        idx = np.add(x.view(np.uint8), self.row_offsets, out=scratch("prelu.idx", x.shape, np.uint16))
+        out = self._out
+        if out is None or out.shape != x.shape:
+            out = None
+        return [np.take(self.lut, idx, mode="clip", out=out)]
 
 
 def _srdhm16(a, b):
@@ -403,9 +434,10 @@ def _int16_multiplier(m32: int) -> int:
 
 
 @register("HARD_SWISH", "float32", "int8")
-class HardSwish(Kernel):
+class HardSwish(TableEval, Kernel):
     """y = x * relu6(x + 3) / 6. int8 runs TFLite's int16 fixed-point pipeline: the input on a
-    2^7 finer scale, a "reluish" factor in [0, 1] and the output multiplier."""
+    2^7 finer scale, a "reluish" factor in [0, 1] and the output multiplier, tabulated over the
+    256 input values in prepare (one lookup per invoke)."""
 
     def prepare(self):
         ctx = self.ctx
@@ -419,12 +451,17 @@ class HardSwish(Kernel):
             self.out_m16 = _int16_multiplier(m)
             m, self.reluish_exp = quantize_multiplier(float(_F32(hires / _F32(3.0 / 32768.0))))
             self.reluish_m16 = _int16_multiplier(m)
+            self.lut = int8_table(self.exact(INT8_BY_BITS))
         return [ctx.input_shape(0)]
 
     def eval(self, inputs):
         x = inputs[0]
         if x.dtype == np.float32:
             return [(x * np.minimum(_F32(6), np.maximum(_F32(0), x + _F32(3))) / _F32(6)).astype(_F32)]
+        return [self.lookup(self.lut, x)]
+
+    def exact(self, x: np.ndarray) -> np.ndarray:
+        """reference_ops::HardSwish<int8_t> on int8 values."""
         hires = (x.astype(np.int64) - self.zp_in) * (1 << 7)
         preshift_out = _srdhm16(hires, self.out_m16)
         r = hires
@@ -438,4 +475,4 @@ class HardSwish(Kernel):
         r = (r + (1 << 15)) >> 1  # [-1, 1] -> [0, 1]
         out = rounding_divide_by_pot(_sdhm16(r, preshift_out), -self.out_exp)
         out = ((out + self.zp_out + (1 << 15)) & 0xFFFF) - (1 << 15)  # int16 addition
-        return [np.clip(out, -128, 127).astype(np.int8)]
+        return np.clip(out, -128, 127).astype(np.int8)
