@@ -3,8 +3,11 @@
 
     python tools/profile_ops.py models/mcu_small.tflite
     python tools/profile_ops.py mobilenet:0.25:96 --runs 200
+    python tools/profile_ops.py chain:RELU:200       # the per-node floor: 200 int8 RELUs on 16 values
 
-``mobilenet:ALPHA:SIZE`` builds edgerun.testing.mobilenet_v1(ALPHA, SIZE) in int8. Inputs are
+``mobilenet:ALPHA:SIZE`` builds edgerun.testing.mobilenet_v1(ALPHA, SIZE) in int8; ``chain:OP:N``
+builds N int8 nodes of a unary OP (or ADD of the running value with itself) on a 1x16 tensor and
+also prints microseconds per node, the interpreter's fixed cost per step. Inputs are
 random; BLAS runs on one thread (as tools/bench.py). Prints the p50 of plain invokes, then the
 mean milliseconds per invoke of each op type over a second, profiled series.
 """
@@ -22,6 +25,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
+def _chain(op: str, n: int) -> bytes:
+    from edgerun.ir import ModelBuilder
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 16), "int8", (0.05, 0))
+    for i in range(n):
+        y = b.tensor(f"t{i}", (1, 16), "int8", (0.05, 0))
+        b.op(op, [x, x] if op == "ADD" else [x], [y])
+        x = y
+    b.output(x)
+    return b.to_bytes()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="a .tflite path or mobilenet:ALPHA:SIZE")
@@ -33,7 +49,12 @@ def main() -> int:
     from edgerun import Interpreter
     from edgerun.testing import mobilenet_v1, random_inputs
 
-    if args.model.startswith("mobilenet:"):
+    nodes = 0
+    if args.model.startswith("chain:"):
+        _, op, n = args.model.split(":")
+        nodes = int(n)
+        data = _chain(op, nodes)
+    elif args.model.startswith("mobilenet:"):
         _, alpha, size = args.model.split(":")
         data = mobilenet_v1(float(alpha), int(size), dtype="int8")
     else:
@@ -51,6 +72,8 @@ def main() -> int:
         it.invoke()
         times.append(time.perf_counter() - t0)
     print(f"{args.model}: p50 {np.median(times) * 1e3:.3f} ms per invoke ({args.runs} runs)")
+    if nodes:
+        print(f"  {np.median(times) / nodes * 1e6:.2f} us per node")
     it.set_profiling(True)
     for _ in range(args.runs):
         it.invoke()

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.errors import InputMismatchError, ModelFormatError
-from edgerun.ops.common import QRANGE, TableEval, qparams, quantized_activation_range, round_half_away
+from edgerun.ops.common import QRANGE, TableEval, qparams, quantized_activation_range, round_half_away, scratch
 from edgerun.ops.fixedpoint import (
     count_leading_sign_bits32,
     get_inv_sqrt_quantized_multiplier_exp,
@@ -158,7 +158,7 @@ class PlainBinary(Kernel):
 
 # --- binary ops: int8 ---------------------------------------------------------------------------
 
-class _Int8Binary(Kernel):
+class _Int8Binary(TableEval, Kernel):
     """8-bit binary op: the per-element definition ``_compute`` tabulated over all input pairs.
 
     int8 always; uint8 (the older quantization scheme of many published models) for the ops where
@@ -182,7 +182,8 @@ class _Int8Binary(Kernel):
         values = _BY_BITS[dtype]
         table = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
         self.table = table.astype(ctx.output(0).np_dtype).ravel()  # index: (bits of a) << 8 | bits of b
-        return [broadcast_shape(ctx)]
+        self.out_shape = broadcast_shape(ctx)
+        return [self.out_shape]
 
     def _prepare_params(self) -> None:
         raise NotImplementedError
@@ -193,8 +194,14 @@ class _Int8Binary(Kernel):
 
     def eval(self, inputs):
         a, b = inputs
-        index = (a.view(np.uint8).astype(np.uint16) << 8) | b.view(np.uint8)  # broadcasts
-        return [np.take(self.table, index)]
+        shape = np.broadcast_shapes(a.shape, b.shape) if a.shape != b.shape else a.shape
+        index = scratch("binary.index", shape, np.uint16)
+        np.left_shift(a.view(np.uint8), 8, out=index, dtype=np.uint16)  # broadcasts to the output
+        np.bitwise_or(index, b.view(np.uint8), out=index)
+        out = self._out
+        if out is None or out.shape != shape:
+            out = None
+        return [np.take(self.table, index, mode="clip", out=out)]
 
 
 def _rescale_to_common(s1: float, s2: float, left_shift: int):
