@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.schema.tflite import Activation
-from edgerun.convert.onnx.lowering import _fuse_activation, _ident, _perm_shape, _unary, lowers
+from edgerun.convert.onnx.lowering import _fuse_activation, _ident, _perm_shape, _unary, lowers, scalar, tmp
 from edgerun.convert.onnx.shape import _identity
+from edgerun.schema.tflite import Activation
+
 
 @lowers("Relu")
 def _relu(L, n):
@@ -84,11 +85,94 @@ def _sqrt(L, n):
     _unary(L, n, "SQRT")
 
 
-@lowers("Elu")
+@lowers("Elu", "Selu", "Celu")
 def _elu(L, n):
-    if float(L.attr(n, "alpha", 1.0)) != 1.0:
-        raise L.unsupported("Elu with alpha != 1")
-    _unary(L, n, "ELU")
+    """Elu(alpha) = relu(x) + alpha * (exp(min(x, 0)) - 1); Selu = gamma * Elu(alpha);
+    Celu(alpha) = relu(x) + alpha * (exp(min(x, 0) / alpha) - 1). Elu with alpha 1 is TFLite's ELU."""
+    if n.op_type == "Selu":
+        alpha = float(L.attr(n, "alpha", 1.67326319217681884765625))
+        gamma = float(L.attr(n, "gamma", 1.05070102214813232421875))
+    else:
+        alpha, gamma = float(L.attr(n, "alpha", 1.0)), 1.0
+    if n.op_type == "Elu" and alpha == 1.0:
+        return _unary(L, n, "ELU")
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    m = tmp(L, "MINIMUM", [x, scalar(L, 0.0, "zero")], x, "neg")
+    if n.op_type == "Celu":
+        m = tmp(L, "MUL", [m, scalar(L, 1.0 / alpha, "inv_alpha")], x, "neg_scaled", fused_activation_function=0)
+    e = tmp(L, "EXP", [m], x, "exp")
+    ae = tmp(L, "MUL", [e, scalar(L, alpha * gamma, "alpha")], x, "alpha_exp", fused_activation_function=0)
+    r = tmp(L, "RELU", [x], x, "pos")
+    if gamma != 1.0:
+        r = tmp(L, "MUL", [r, scalar(L, gamma, "gamma")], x, "pos_scaled", fused_activation_function=0)
+    s = tmp(L, "ADD", [r, ae], x, "sum", fused_activation_function=0)
+    L.emit("ADD", [s, scalar(L, -alpha * gamma, "offset")], [L.new_out(n.output[0], v.perm)],
+           fused_activation_function=0)
+
+
+def _softplus_t(L, x):
+    """softplus(x) = relu(x) + log(1 + exp(-|x|)), which never overflows."""
+    a = tmp(L, "ABS", [x], x, "abs")
+    na = tmp(L, "MUL", [a, scalar(L, -1.0, "minus1")], x, "negabs", fused_activation_function=0)
+    e = tmp(L, "EXP", [na], x, "exp")
+    e1 = tmp(L, "ADD", [e, scalar(L, 1.0, "one")], x, "exp1", fused_activation_function=0)
+    lg = tmp(L, "LOG", [e1], x, "log")
+    r = tmp(L, "RELU", [x], x, "pos")
+    return r, lg
+
+
+@lowers("Softplus")
+def _softplus(L, n):
+    v = L.val(n.input[0])
+    r, lg = _softplus_t(L, L.get(n.input[0]))
+    L.emit("ADD", [r, lg], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)
+
+
+@lowers("Mish")
+def _mish(L, n):
+    """x * tanh(softplus(x))."""
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    r, lg = _softplus_t(L, x)
+    sp = tmp(L, "ADD", [r, lg], x, "softplus", fused_activation_function=0)
+    th = tmp(L, "TANH", [sp], x, "tanh")
+    L.emit("MUL", [x, th], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)
+
+
+@lowers("Softsign")
+def _softsign(L, n):
+    """x / (1 + |x|)."""
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    a = tmp(L, "ABS", [x], x, "abs")
+    d = tmp(L, "ADD", [a, scalar(L, 1.0, "one")], x, "den", fused_activation_function=0)
+    L.emit("DIV", [x, d], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)
+
+
+@lowers("Gelu")
+def _gelu(L, n):
+    approx = L.attr(n, "approximate", b"none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    _unary(L, n, "GELU", approximate=approx == "tanh")
+
+
+@lowers("Log")
+def _log(L, n):
+    _unary(L, n, "LOG")
+
+
+@lowers("Reciprocal")
+def _reciprocal(L, n):
+    v = L.val(n.input[0])
+    x = L.get(n.input[0])
+    L.emit("DIV", [scalar(L, 1.0, "one"), x], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)
+
+
+@lowers("Floor", "Ceil", "Round", "Sin", "Cos", "Sign")
+def _unary_math(L, n):
+    _unary(L, n, {"Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS",
+                  "Sign": "SIGN"}[n.op_type])
 
 
 @lowers("HardSigmoid")

@@ -186,25 +186,36 @@ def _conv_transpose(L, n):
     full = [(H - 1) * strides[0] + kernel[0], (W - 1) * strides[1] + kernel[1]]
     oh, ow = L.shapes[out][2:]
     x = L.get(n.input[0], NHWC[4])
-    # VALID transpose conv to the full size, then crop what ONNX pads away
+    # VALID transpose conv to the full size, then crop what ONNX pads away. ONNX output pixel i is
+    # full-size pixel i + pads_begin; pixels past the full size (output_padding) get the bias alone.
+    auto = L.attr(n, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    pads = list(L.attr(n, "pads", [0, 0, 0, 0]))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        tot = [full[0] - oh, full[1] - ow]
+        pads = ([tot[0] - tot[0] // 2, tot[1] - tot[1] // 2] if auto == "SAME_LOWER" else [tot[0] // 2, tot[1] // 2])
+    top, left = int(pads[0]), int(pads[1])
+    extra = [max(0, top + oh - full[0]), max(0, left + ow - full[1])]
+    need_crop = (top, left) != (0, 0) or (full[0], full[1]) != (oh, ow)
+    bias = bias if bias is not None else np.zeros(cout, np.float32)
     full_shape = (N, full[0], full[1], cout)
-    need_crop = (full[0], full[1]) != (oh, ow)
     t = L.g.tensor(out + "_full", full_shape) if need_crop else L.new_out(out, NHWC[4])
     inputs = [L.g.const(out + "_oshape", np.array(full_shape, np.int32)),
-              L.g.const(out + "_weights", w.transpose(1, 2, 3, 0)), x]
-    inputs.append(L.g.const(out + "_bias", bias if bias is not None else np.zeros(cout, np.float32)))
+              L.g.const(out + "_weights", w.transpose(1, 2, 3, 0)), x,
+              L.g.const(out + "_bias", np.zeros(cout, np.float32) if any(extra) else bias)]
     L.emit("TRANSPOSE_CONV", inputs, [t], padding=Padding.VALID, stride_w=strides[1], stride_h=strides[0],
            fused_activation_function=0)
-    if need_crop:
-        auto = L.attr(n, "auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
-        pads = list(L.attr(n, "pads", [0, 0, 0, 0]))
-        if auto in ("SAME_UPPER", "SAME_LOWER"):
-            tot = [full[0] - oh, full[1] - ow]
-            pads = ([tot[0] - tot[0] // 2, tot[1] - tot[1] // 2] if auto == "SAME_LOWER" else [tot[0] // 2, tot[1] // 2])
-        top, left = pads[0], pads[1]
-        if top + oh > full[0] or left + ow > full[1]:
-            raise L.unsupported("output_padding that extends past the full transposed-convolution output")
-        L.emit("SLICE", [t, L.g.const(out + "_begin", np.array([0, top, left, 0], np.int32)),
-                         L.g.const(out + "_size", np.array([N, oh, ow, cout], np.int32))],
-               [L.new_out(out, NHWC[4])])
+    if not need_crop:
+        return
+    if any(extra):
+        ext_shape = (N, full[0] + extra[0], full[1] + extra[1], cout)
+        t2 = L.g.tensor(out + "_extended", ext_shape)
+        L.emit("PAD", [t, L.g.const(out + "_extend", np.array([[0, 0], [0, extra[0]], [0, extra[1]], [0, 0]],
+                                                              np.int32))], [t2])
+        t = t2
+    crop = L.g.tensor(out + "_crop", (N, oh, ow, cout)) if any(extra) else L.new_out(out, NHWC[4])
+    L.emit("SLICE", [t, L.g.const(out + "_begin", np.array([0, top, left, 0], np.int32)),
+                     L.g.const(out + "_size", np.array([N, oh, ow, cout], np.int32))], [crop])
+    if any(extra):
+        L.emit("ADD", [crop, L.g.const(out + "_bias_add", bias.astype(np.float32))], [L.new_out(out, NHWC[4])],
+               fused_activation_function=0)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.schema.tflite import Activation
-from edgerun.convert.onnx.lowering import Value, _channel_const, _fold_affine_into_producer, _fuse_activation, _layout_for, _operand, _unary, lowers
+from edgerun.convert.onnx.lowering import (Value, _channel_const, _fold_affine_into_producer, _fuse_activation,
+                                           _layout_for, _operand, _perm_shape, _unary, lowers, scalar)
 from edgerun.convert.onnx.shape import _identity
 
 @lowers("QuantizeLinear", "DequantizeLinear")
@@ -39,22 +40,78 @@ def _fake_quant(L, n):
     _identity(L, n)
 
 
-@lowers("Cast")
+@lowers("Cast", "CastLike")
 def _cast(L, n):
-    import onnx
-    to = L.attr(n, "to")
-    if to not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16):
-        raise L.unsupported(f"Cast to {onnx.TensorProto.DataType.Name(to)} of a run-time value")
-    _identity(L, n)
+    """Cast between the TFLite dtypes that carry ONNX values (float32, int32, bool): a relabelling when
+    both sides map to the same one, else TFLite's CAST."""
+    src, dst = L.dtype(n.input[0]), L.dtype(n.output[0])
+    if src == dst:
+        return _identity(L, n)
+    v = L.val(n.input[0])
+    L.emit("CAST", [L.get(n.input[0])], [L.new_out(n.output[0], v.perm)])
+
+
+_VARIADIC = {"Sum": "ADD", "Mean": "ADD", "Max": "MAXIMUM", "Min": "MINIMUM"}
+
+
+@lowers("Sum", "Mean")
+def _variadic(L, n):
+    """Sum / Mean / Max / Min of any number of inputs: a chain of the binary op (Mean: then * 1/k)."""
+    ins = [i for i in n.input if i]
+    out = n.output[0]
+    if len(ins) == 1:
+        return _identity(L, n)
+    if len(ins) == 2 and n.op_type != "Mean":
+        return _binary(L, n)
+    rank = len(L.shapes[out])
+    perm = _layout_for(L, ins, rank)
+    op = _VARIADIC[n.op_type]
+    opts = {"fused_activation_function": 0} if op == "ADD" else {}
+    acc = _operand(L, ins[0], perm, rank)
+    shape = _perm_shape(L.shapes[out], perm)
+    for k, nm in enumerate(ins[1:]):
+        last = k == len(ins) - 2 and n.op_type != "Mean"
+        t = L.new_out(out, perm) if last else L.g.tensor(f"{out}_acc{k}", shape, L.dtype(out))
+        L.emit(op, [acc, _operand(L, nm, perm, rank)], [t], **opts)
+        acc = t
+    if n.op_type == "Mean":
+        L.emit("MUL", [acc, scalar(L, 1.0 / len(ins), "inv_count")], [L.new_out(out, perm)],
+               fused_activation_function=0)
+
+
+_COMPARE = {"Equal": "EQUAL", "Less": "LESS", "Greater": "GREATER", "LessOrEqual": "LESS_EQUAL",
+            "GreaterOrEqual": "GREATER_EQUAL", "And": "LOGICAL_AND", "Or": "LOGICAL_OR"}
+
+
+@lowers(*_COMPARE)
+def _compare(L, n):
+    out = n.output[0]
+    rank = len(L.shapes[out])
+    perm = _layout_for(L, n.input[:2], rank)
+    L.emit(_COMPARE[n.op_type], [_operand(L, n.input[0], perm, rank), _operand(L, n.input[1], perm, rank)],
+           [L.new_out(out, perm)])
+
+
+@lowers("Not")
+def _not(L, n):
+    _unary(L, n, "LOGICAL_NOT")
+
+
+@lowers("Where")
+def _where(L, n):
+    out = n.output[0]
+    rank = len(L.shapes[out])
+    perm = _layout_for(L, n.input[1:3] + n.input[:1], rank)
+    L.emit("SELECT_V2", [_operand(L, i, perm, rank) for i in n.input[:3]], [L.new_out(out, perm)])
 
 
 @lowers("Add", "Sub", "Mul", "Div", "Max", "Min", "Pow")
 def _binary(L, n):
+    if n.op_type in ("Max", "Min") and len([i for i in n.input if i]) != 2:
+        return _variadic(L, n)
     a, b = n.input[0], n.input[1]
     out = n.output[0]
     rank = len(L.shapes[out])
-    if n.op_type in ("Max", "Min") and len(n.input) != 2:
-        raise L.unsupported(f"{n.op_type} with {len(n.input)} inputs")
     # x * HardSigmoid(x) -> HARD_SWISH
     if n.op_type == "Mul":
         for x, hs in ((a, b), (b, a)):
@@ -64,11 +121,18 @@ def _binary(L, n):
                 L.emit("HARD_SWISH", [L.get(x)], [L.new_out(out, v.perm)])
                 return
     if n.op_type == "Pow":
-        if not L.is_const(b) or float(np.asarray(L.cval(b)).reshape(-1)[0]) != 2.0 or np.asarray(L.cval(b)).size != 1:
-            raise L.unsupported("Pow is supported only with a constant exponent of 2")
-        v = L.val(a)
-        x = L.get(a)
-        L.emit("MUL", [x, x], [L.new_out(out, v.perm)], fused_activation_function=0)
+        if L.is_const(b) and np.asarray(L.cval(b)).size == 1 and float(np.asarray(L.cval(b)).reshape(-1)[0]) in (
+                1.0, 2.0, 0.5) and L.val(a).rank == rank:
+            e = float(np.asarray(L.cval(b)).reshape(-1)[0])
+            v = L.val(a)
+            x = L.get(a)
+            if e == 1.0:
+                return _identity(L, n)
+            L.emit("MUL" if e == 2.0 else "SQRT", [x, x] if e == 2.0 else [x], [L.new_out(out, v.perm)],
+                   **({"fused_activation_function": 0} if e == 2.0 else {}))
+            return
+        perm = _layout_for(L, [a, b], rank)
+        L.emit("POW", [_operand(L, a, perm, rank), _operand(L, b, perm, rank)], [L.new_out(out, perm)])
         return
     perm = _layout_for(L, [a, b], rank)
     # fold per-channel affine constants into a preceding conv / gemm
@@ -87,7 +151,7 @@ def _binary(L, n):
             if (mul is not None or add is not None) and _fold_affine_into_producer(L, a, mul, add, out):
                 return
     op = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Max": "MAXIMUM", "Min": "MINIMUM"}[n.op_type]
-    if op == "DIV" and L.is_const(b):
+    if op == "DIV" and L.is_const(b) and L.dtype(out) == "float32":
         c = np.asarray(L.cval(b), np.float32)
         if np.all(c != 0):
             op = "MUL"

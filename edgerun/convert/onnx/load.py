@@ -223,13 +223,20 @@ def probe(model, shapes: dict, seed: int = 0):
     feeds = {}
     for inp in sess.get_inputs():
         dt = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}.get(inp.type)
+              "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+              "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
+              "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_}.get(inp.type)
         if dt is None:
-            raise ConversionError(f"input '{inp.name}' has type {inp.type}; the converter takes float inputs")
+            raise ConversionError(f"input '{inp.name}' has type {inp.type}; the converter takes float, integer "
+                                  "or bool inputs")
         if inp.name not in shapes:
             continue
-        feeds[inp.name] = rng.standard_normal(shapes[inp.name]).astype(dt) if dt != np.bool_ else \
-            np.zeros(shapes[inp.name], bool)
+        if np.dtype(dt).kind in "iu":  # small non-negative integers: valid as indices too
+            feeds[inp.name] = rng.integers(0, 2, shapes[inp.name]).astype(dt)
+        elif dt == np.bool_:
+            feeds[inp.name] = np.zeros(shapes[inp.name], bool)
+        else:
+            feeds[inp.name] = rng.standard_normal(shapes[inp.name]).astype(dt)
     try:
         outs = sess.run(None, feeds)
     except Exception as e:

@@ -55,6 +55,15 @@ class Value:
         return len(self.shape)
 
 
+def tflite_dtype(np_dtype) -> str:
+    k = np.dtype(np_dtype)
+    if k == np.bool_:
+        return "bool"
+    if k.kind in "iu":
+        return "int32"
+    return "float32"
+
+
 def _perm_shape(shape, perm):
     return tuple(shape[p] for p in perm)
 
@@ -104,9 +113,14 @@ class _Lowering:
         self.vals[name] = Value(name, self.shapes[name], tensor=tensor, perm=perm)
         return self.vals[name]
 
-    def new_out(self, name, perm, dtype="float32"):
+    def dtype(self, name) -> str:
+        """The TFLite dtype that carries ONNX value ``name``: float32 for every float type, int32 for
+        every integer type (TFLite kernels compute indices and integer arithmetic in int32), bool."""
+        return tflite_dtype(self.dtypes.get(name, np.float32))
+
+    def new_out(self, name, perm, dtype=None):
         """A fresh TFLite tensor for ONNX output ``name`` in layout ``perm``."""
-        t = self.g.tensor(name, _perm_shape(self.shapes[name], perm), dtype)
+        t = self.g.tensor(name, _perm_shape(self.shapes[name], perm), dtype or self.dtype(name))
         self.set_act(name, t, perm)
         return t
 
@@ -126,7 +140,7 @@ class _Lowering:
         if perm in v.views:
             return v.views[perm]
         shape = _perm_shape(v.shape, perm)
-        out = self.g.tensor(f"{name}_{'_'.join(map(str, perm))}", shape)
+        out = self.g.tensor(f"{name}_{'_'.join(map(str, perm))}", shape, self.g.tensors[v.tensor].dtype)
         if _same_memory(v.shape, v.perm, perm):
             self.g.emit("RESHAPE", [v.tensor, self.g.const(f"{name}_shape", np.array(shape, np.int32))], [out],
                         new_shape=list(shape), origin="layout")
@@ -209,6 +223,19 @@ def _fuse_activation(L, n, act) -> bool:
     return True
 
 
+def tmp(L, op, inputs, like, suffix, shape=None, dtype=None, **opts) -> int:
+    """Emit ``op`` into a fresh intermediate tensor shaped like tensor ``like`` (or ``shape``)."""
+    t = L.g.tensor(f"{L.node.output[0]}_{suffix}", L.g.tensors[like].shape if shape is None else shape,
+                   dtype or L.g.tensors[like].dtype)
+    L.emit(op, inputs, [t], **opts)
+    return t
+
+
+def scalar(L, value, suffix, dtype="float32") -> int:
+    """A one-element constant (broadcast by every elementwise TFLite op)."""
+    return L.g.const(f"{L.node.output[0]}_{suffix}", np.array([value], dtype))
+
+
 def _unary(L, n, op, **opts):
     v = L.val(n.input[0])
     x = L.get(n.input[0])
@@ -230,15 +257,16 @@ def _operand(L, name, perm, rank, suffix=""):
     if v.const is not None:
         c = np.asarray(v.const)
         c = c.reshape((1,) * (rank - c.ndim) + c.shape)
+        dt = tflite_dtype(c.dtype)
         if c.size == 1:
-            return L.g.const(name + suffix, c.reshape(1).astype(np.float32))
-        return L.g.const(name + suffix, np.ascontiguousarray(np.transpose(c, perm)).astype(np.float32))
+            return L.g.const(name + suffix, c.reshape(1).astype(dt))
+        return L.g.const(name + suffix, np.ascontiguousarray(np.transpose(c, perm)).astype(dt))
     if v.rank == rank:
         return L.get(name, perm)
     # lower-rank run-time operand: reshape to rank in ONNX order, then lay out
     shape = (1,) * (rank - v.rank) + v.shape
     x = L.get(name, _ident(v.rank))
-    t = L.g.tensor(name + "_bcast", shape)
+    t = L.g.tensor(name + "_bcast", shape, L.g.tensors[x].dtype)
     L.g.emit("RESHAPE", [x, L.g.const(name + "_bshape", np.array(shape, np.int32))], [t], new_shape=list(shape))
     key = name + "_bcast_v"
     L.vals[key] = Value(key, shape, tensor=t)
@@ -292,6 +320,9 @@ def _fold_affine_into_producer(L, src, mul, add, out_name) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 
+#: ONNX input element types taken (cast at the boundary to float32 / int32 / bool)
+_INPUT_TYPES = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16}  # FLOAT..INT64, BOOL, FLOAT16, DOUBLE, UINT32/64, BF16
+
 #: ops whose outputs are constant when their inputs' *shapes* are known
 _SHAPE_ONLY = {"Shape", "Size"}
 _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
@@ -315,6 +346,8 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
         shapes[name] = shp
 
     L = _Lowering(model, shapes, consts, opset, input_layout)
+    L.dtypes = {k: v.dtype for k, v in values.items()}
+    L.dtypes.update({k: v.dtype for k, v in consts.items()})
     L.hardsigmoid = {}
     L.colperm = {}
     for name, arr in consts.items():
@@ -332,10 +365,16 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
             perm = _ident(4)  # already NHWC (tf2onnx): its Transpose to NCHW becomes a relabelling
             io.setdefault("nhwc_inputs", []).append(inp.name)
         elem = inp.type.tensor_type.elem_type
-        if elem != onnx.TensorProto.FLOAT:
-            raise ConversionError(f"input '{inp.name}' is {onnx.TensorProto.DataType.Name(elem)}; the converter "
-                                  "takes float32 model inputs")
-        t = L.g.tensor(inp.name, _perm_shape(shp, perm))
+        ename = onnx.TensorProto.DataType.Name(elem)
+        if elem not in _INPUT_TYPES:
+            raise ConversionError(f"input '{inp.name}' is {ename}; the converter takes float, integer or bool "
+                                  "model inputs")
+        L.dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        dt = L.dtype(inp.name)
+        if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.BOOL):
+            notes.append(f"input '{inp.name}' is {ename} in the ONNX model; the TFLite model takes {dt} "
+                         "(cast at the boundary)")
+        t = L.g.tensor(inp.name, _perm_shape(shp, perm), dt)
         L.g.inputs.append(t)
         L.vals[inp.name] = Value(inp.name, shp, tensor=t, perm=perm)
         io["inputs"].append((inp.name, perm))

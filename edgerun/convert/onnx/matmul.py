@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.convert.onnx.lowering import _ident, _operand, lowers
+from edgerun.convert.onnx.lowering import Value, _ident, _operand, lowers, scalar, tmp
 
 def _fully_connected(L, n, a_name, w_oi, bias, out):
     v = L.val(a_name)
@@ -45,15 +45,36 @@ def _gemm(L, n):
 
 
 def _matmul_general(L, n, ta=0, tb=0, alpha=1.0, beta=1.0):
-    if ta or tb or alpha != 1.0 or (len(n.input) > 2 and n.input[2]):
-        raise L.unsupported("Gemm/MatMul of two run-time values with transposes, alpha or C")
+    """BATCH_MATMUL of any two operands (run-time or constant), transposes as adj_x / adj_y, then
+    alpha as a MUL and C (times beta) as an ADD. A 1-D operand is made 2-D as ONNX MatMul does."""
+    out = n.output[0]
     a, b = L.val(n.input[0]), L.val(n.input[1])
-    ra, rb = a.rank, b.rank
-    if ra != rb or ra < 2:
-        raise L.unsupported("MatMul of run-time values with different ranks")
-    ta_ = L.get(n.input[0], _ident(ra))
-    tb_ = _operand(L, n.input[1], _ident(rb), rb)
-    L.emit("BATCH_MATMUL", [ta_, tb_], [L.new_out(n.output[0], _ident(ra))], adj_x=False, adj_y=False)
+    if a.rank < 2 or b.rank < 2:
+        raise L.unsupported("MatMul of a 1-D run-time operand (reshape it to 2-D in the model)")
+    rank = max(a.rank, b.rank)
+    ident = _ident(rank)
+    ta_ = _operand(L, n.input[0], ident, rank, "_mm")
+    tb_ = _operand(L, n.input[1], ident, rank, "_mm")
+    has_c = len(n.input) > 2 and bool(n.input[2])
+    shape = L.shapes[out]
+    y = L.new_out(out, ident) if alpha == 1.0 and not has_c else L.g.tensor(out + "_ab", shape)
+    L.emit("BATCH_MATMUL", [ta_, tb_], [y], adj_x=bool(ta), adj_y=bool(tb))
+    if alpha != 1.0:
+        y2 = L.new_out(out, ident) if not has_c else L.g.tensor(out + "_alpha_ab", shape)
+        L.emit("MUL", [y, scalar(L, alpha, "alpha")], [y2], fused_activation_function=0)
+        y = y2
+    if has_c:
+        c = n.input[2]
+        if L.is_const(c):
+            cv = np.asarray(L.cval(c), np.float32) * beta
+            key = c + "_beta"
+            L.vals[key] = Value(key, cv.shape, const=cv)
+            tc = _operand(L, key, ident, rank)
+        else:
+            tc = _operand(L, c, ident, rank)
+            if beta != 1.0:
+                tc = tmp(L, "MUL", [tc, scalar(L, beta, "beta")], tc, "beta_c", fused_activation_function=0)
+        L.emit("ADD", [y, tc], [L.new_out(out, ident)], fused_activation_function=0)
 
 
 @lowers("MatMul")

@@ -6,7 +6,8 @@ import numpy as np
 
 from edgerun.schema.tflite import MirrorPadMode
 from edgerun.convert.onnx.conv import _spatial_4d
-from edgerun.convert.onnx.lowering import NHWC, Value, _ident, _layout_for, _operand, _same_memory, lowers
+from edgerun.convert.onnx.lowering import (NHWC, Value, _ident, _layout_for, _operand, _perm_shape, _same_memory,
+                                           lowers)
 
 @lowers("Identity", "Dropout")
 def _identity(L, n):
@@ -165,8 +166,23 @@ def _pad(L, n):
                    [L.new_out(out, perm)])
     elif mode == "reflect":
         L.emit("MIRROR_PAD", [x, L.g.const(out + "_pads", tp)], [L.new_out(out, perm)], mode=MirrorPadMode.REFLECT)
+    elif mode in ("edge", "wrap"):
+        # one GATHER per padded axis with clamped (edge) or modular (wrap) source indices
+        shape = list(L.g.tensors[x].shape)
+        todo = [ax for ax in range(r) if any(tp[ax])]
+        for k, ax in enumerate(todo):
+            b, e = (int(p) for p in tp[ax])
+            src = np.arange(-b, shape[ax] + e)
+            src = np.clip(src, 0, shape[ax] - 1) if mode == "edge" else np.mod(src, shape[ax])
+            shape[ax] += b + e
+            last = k == len(todo) - 1
+            t = L.new_out(out, perm) if last else L.g.tensor(f"{out}_pad{ax}", shape, L.g.tensors[x].dtype)
+            L.emit("GATHER", [x, L.g.const(f"{out}_idx{ax}", src.astype(np.int32))], [t], axis=ax, batch_dims=0)
+            x = t
+        if not todo:
+            _identity(L, n)
     else:
-        raise L.unsupported(f"Pad mode '{mode}'")
+        raise L.unsupported(f"Pad mode '{mode}' (constant, reflect, edge and wrap are supported)")
 
 
 @lowers("Resize", "Upsample")
@@ -226,10 +242,71 @@ def _d2s(L, n):
 @lowers("Gather")
 def _gather(L, n):
     v = L.val(n.input[0])
-    idx = np.asarray(L.cval(n.input[1], "indices")).astype(np.int64)
     axis = int(L.attr(n, "axis", 0)) % v.rank
+    out = n.output[0]
+    if not L.is_const(n.input[1]):
+        # run-time indices (an embedding lookup): TFLite GATHER takes them as int32; negative
+        # indices are not wrapped at run time
+        x = L.get(n.input[0], _ident(v.rank))
+        L.emit("GATHER", [x, L.get(n.input[1], _ident(L.val(n.input[1]).rank))],
+               [L.new_out(out, _ident(len(L.shapes[out])))], axis=axis, batch_dims=0)
+        return
+    idx = np.asarray(L.cval(n.input[1], "indices")).astype(np.int64)
     idx = np.where(idx < 0, idx + v.shape[axis], idx)
     x = L.get(n.input[0], _ident(v.rank))
     out = n.output[0]
     L.emit("GATHER", [x, L.g.const(out + "_indices", idx.astype(np.int32))],
            [L.new_out(out, _ident(len(L.shapes[out])))], axis=axis, batch_dims=0)
+
+
+@lowers("Tile")
+def _tile(L, n):
+    """Constant repeats: CONCATENATION of copies along each repeated axis."""
+    v = L.val(n.input[0])
+    reps = [int(r) for r in np.asarray(L.cval(n.input[1], "repeats")).reshape(-1)]
+    perm = v.perm
+    x = L.get(n.input[0])
+    out = n.output[0]
+    shape = list(L.g.tensors[x].shape)
+    todo = [a for a in range(v.rank) if reps[a] != 1]
+    if any(r < 1 for r in reps):
+        raise L.unsupported(f"Tile with repeats {reps} (a repeat below 1 gives an empty tensor)")
+    if not todo:
+        return _identity(L, n)
+    for k, a in enumerate(todo):
+        ax = perm.index(a)
+        shape[ax] *= reps[a]
+        t = L.new_out(out, perm) if k == len(todo) - 1 else L.g.tensor(f"{out}_tile{a}", shape, L.g.tensors[x].dtype)
+        L.emit("CONCATENATION", [x] * reps[a], [t], axis=ax, fused_activation_function=0)
+        x = t
+
+
+@lowers("Expand")
+def _expand(L, n):
+    """Broadcast to the output shape: an ADD of zeros of that shape (same values, any runtime)."""
+    out = n.output[0]
+    v = L.val(n.input[0])
+    rank = len(L.shapes[out])
+    if tuple(L.shapes[out]) == v.shape:
+        return _identity(L, n)
+    perm = v.perm if v.rank == rank else _ident(rank)
+    x = _operand(L, n.input[0], perm, rank)
+    dt = L.dtype(out)
+    if dt == "bool":
+        raise L.unsupported("Expand of a bool tensor")
+    zeros = L.g.const(out + "_zeros", np.zeros(_perm_shape(L.shapes[out], perm), dt))
+    L.emit("ADD", [x, zeros], [L.new_out(out, perm)], fused_activation_function=0)
+
+
+@lowers("TopK")
+def _topk(L, n):
+    """TOPK_V2 along the last TFLite axis (the layout moves ``axis`` last); largest and sorted only."""
+    v = L.val(n.input[0])
+    axis = int(L.attr(n, "axis", -1)) % v.rank
+    if not int(L.attr(n, "largest", 1)):
+        raise L.unsupported("TopK with largest=0 (TFLite TOPK_V2 returns the largest values; negate the input)")
+    k = int(np.asarray(L.cval(n.input[1], "K")).reshape(-1)[0])
+    perm = v.perm if v.perm[-1] == axis else tuple(p for p in v.perm if p != axis) + (axis,)
+    x = L.get(n.input[0], perm)
+    L.emit("TOPK_V2", [x, L.g.const(n.output[0] + "_k", np.array(k, np.int32))],
+           [L.new_out(n.output[0], perm), L.new_out(n.output[1], perm, "int32")])
