@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 from delegate_models import Q
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edgerun.delegate import CapabilityTable, Delegate, DelegateKernel, OpCaps, Support
@@ -84,6 +84,9 @@ def dags(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(dags())
+# found at 20000 examples: 1 -> 3 -> {0, 5} -> 2 runs back through the contracted earlier partition
+# {0, 5}, which starts before 2 although it is entered after it; {1, 2} must not merge
+@example(case=(7, [(0, 2), (1, 2), (1, 3), (3, 5)], {1, 2, 4}, [[0, 5]]))
 def test_property_groups_convex_connected_acyclic(case):
     n, pairs, eligible, fixed = case
     preds, succs = _edges(n, pairs)
