@@ -1,21 +1,42 @@
 #!/usr/bin/env python3
-"""Benchmark edgerun against LiteRT on the shipped and test models; print and record ratios.
+"""Benchmark corpus: edgerun against LiteRT (XNNPACK off and on) on public real models.
 
-    python tools/bench.py                       # all models, 30 runs each, 1 thread
-    python tools/bench.py --runs 100 --write docs/benchmarks.md
+    python tools/bench.py                          # the whole corpus, 30 timed rounds
+    python tools/bench.py --only mlperf --rounds 50
+    python tools/bench.py --write docs/benchmarks.md --profile 2
 
-Every model runs in edgerun, LiteRT with XNNPACK off (its built-in optimized kernels) and LiteRT
-with XNNPACK on, in the same process and run, with the same random inputs. The headline is
-edgerun p50 / LiteRT p50 (lower is better). Tests never assert speed; this script measures it.
+Each engine runs in its own worker process (so peak memory does not depend on which engine ran
+first), all on one thread (OPENBLAS_NUM_THREADS=1, LiteRT num_threads=1). The coordinator
+interleaves them: every round asks each worker, in rotating order, for a few invokes and keeps
+the per-invoke times; the figure per engine is the median over all rounds. Every worker feeds
+the same seeded random inputs. Peak memory is the growth of the worker's resident set from just
+before it reads the model (imports done) to its high-water mark (VmHWM) after the last invoke.
+
+The corpus (models missing on this machine are skipped, and the table says so):
+
+* MediaPipe vision graphs from the ``mediapipe`` 0.10.14 wheel (``tests/test_external_models.py``
+  caches it in ~/.cache/edgerun/fixtures), converted to int8 by ``edgerun convert`` (minmax
+  calibration on random inputs: a speed corpus, not an accuracy one) into
+  ~/.cache/edgerun/bench_int8/; their float originals run too (int8 vs float);
+* the MLPerf Tiny reference int8 models (github.com/mlcommons/tiny,
+  benchmark/training/*/trained_models/), copied into ~/.cache/edgerun/mlperf_tiny/;
+* microWakeWord streaming models from the ``pymicro-wakeword`` wheel;
+* MobileNet-v1 1.0/224 int8 built in code (``edgerun.testing.mobilenet_v1``).
+
+Ratio = edgerun median / LiteRT median (lower is better); the geometric means are per group.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import math
 import os
 import platform
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -23,24 +44,192 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+CACHE = Path.home() / ".cache" / "edgerun"
+FIXTURES = Path(os.environ.get("EDGERUN_FIXTURES", CACHE / "fixtures"))
+MEDIAPIPE = FIXTURES / "mediapipe-0.10.14"
+WAKEWORD = FIXTURES / "pymicro-wakeword-2.5.0"
+INT8_DIR = CACHE / "bench_int8"
+MLPERF = CACHE / "mlperf_tiny"
+
+MEDIAPIPE_MODELS = ("face_detection_short_range", "palm_detection_lite", "face_landmark", "iris_landmark",
+                    "hand_landmark_lite", "pose_detection")
+MLPERF_MODELS = {"vww_96_int8": "visual wake words (MobileNet-v1 0.25/96)",
+                 "pretrainedResnet_quant": "image classification (ResNet-8)",
+                 "kws_ref_model": "keyword spotting (DS-CNN)",
+                 "ad01_int8": "anomaly detection (FC autoencoder)",
+                 "str_ww_ref_model": "streaming wake word"}
+ENGINES = ("edgerun", "litert", "litert-xnnpack")
 
 
-def models() -> dict[str, bytes]:
-    from edgerun.testing import mobilenet_v1
+# -- corpus ------------------------------------------------------------------------------------
 
-    out = {
-        "mobilenet_v1_0.25_96 int8 (built in code)": mobilenet_v1(0.25, 96, dtype="int8"),
-        "mobilenet_v1_0.25_96 float32 (built in code)": mobilenet_v1(0.25, 96, dtype="float32"),
-        "mobilenet_v1_1.0_224 int8 (built in code)": mobilenet_v1(1.0, 224, classes=1000, dtype="int8"),
-    }
-    for p in sorted((ROOT / "models").glob("*.tflite")):
-        out[f"models/{p.name}"] = p.read_bytes()
-    mp = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures")) / "mediapipe-0.10.14"
-    for name in ("face_detection_short_range.tflite", "palm_detection_lite.tflite"):
-        if (mp / name).exists():
-            out[f"mediapipe {name} (float16 weights)"] = (mp / name).read_bytes()
+def _converted(name: str) -> Path | None:
+    """The int8 conversion of a MediaPipe graph, made with ``edgerun convert`` when missing."""
+    src = MEDIAPIPE / f"{name}.tflite"
+    dst = INT8_DIR / f"{name}.int8.tflite"
+    if dst.exists():
+        return dst
+    if not src.exists():
+        return None
+    INT8_DIR.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "edgerun", "convert", str(src), "-o", str(dst), "--calib", "random",
+                        "--calib-method", "minmax"], capture_output=True, text=True)
+    if r.returncode != 0 or not dst.exists():
+        print(f"convert {name}: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return dst
+
+
+def corpus(with_float: bool = True) -> list[tuple[str, str, str]]:
+    """(group, name, model path or builder spec); the spec ``mobilenet:ALPHA:SIZE`` is built in code."""
+    out = []
+    for name in MEDIAPIPE_MODELS:
+        p = _converted(name)
+        if p is not None:
+            out.append(("mediapipe int8", f"{name} int8", str(p)))
+        if with_float and (MEDIAPIPE / f"{name}.tflite").exists():
+            out.append(("mediapipe float", f"{name} float (fp16 weights)", str(MEDIAPIPE / f"{name}.tflite")))
+    for name, what in MLPERF_MODELS.items():
+        if (MLPERF / f"{name}.tflite").exists():
+            out.append(("mlperf tiny", f"{name} ({what})", str(MLPERF / f"{name}.tflite")))
+    for p in sorted(WAKEWORD.glob("*.tflite"))[:2]:
+        out.append(("microwakeword", f"microWakeWord {p.stem}", str(p)))
+    out.append(("mobilenet", "mobilenet_v1 1.0/224 int8 (built in code)", "mobilenet:1.0:224"))
     return out
+
+
+def _model_bytes(spec: str) -> bytes:
+    if spec.startswith("mobilenet:"):
+        from edgerun.testing import mobilenet_v1
+
+        _, alpha, size = spec.split(":")
+        return mobilenet_v1(float(alpha), int(size), classes=1000, dtype="int8")
+    return Path(spec).read_bytes()
+
+
+# -- worker (one engine, one model, its own process) ---------------------------------------------
+
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def worker(engine: str, spec: str) -> int:
+    if engine == "edgerun":
+        from edgerun import Interpreter
+    else:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from edgerun.testing import random_inputs
+
+    data = _model_bytes(spec)
+    base = _status_kib("VmRSS")
+    if engine == "edgerun":
+        it = Interpreter(model_content=data)
+    elif engine == "litert":
+        it = Interpreter(model_content=data, num_threads=1,
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    else:
+        it = Interpreter(model_content=data, num_threads=1)
+    it.allocate_tensors()
+    details = it.get_input_details()
+    for d, x in zip(details, random_inputs(details, seed=0)):
+        it.set_tensor(d["index"], x)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd or cmd[0] == "quit":
+            break
+        times = []
+        for _ in range(int(cmd[1])):
+            t0 = time.perf_counter()
+            it.invoke()
+            times.append(time.perf_counter() - t0)
+        print(json.dumps({"times": times}), flush=True)
+    print(json.dumps({"peak_kib": _status_kib("VmHWM") - base}), flush=True)
+    return 0
+
+
+class _Worker:
+    def __init__(self, engine: str, spec: str):
+        self.engine = engine
+        self.p = subprocess.Popen([sys.executable, __file__, "--worker", engine, spec], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.times: list[float] = []
+        self.error = None
+        msg = self._read()
+        if msg is None or not msg.get("ready"):
+            self.error = self._why()
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        return json.loads(line) if line else None
+
+    def _why(self) -> str:
+        self.p.kill()
+        err = self.p.stderr.read().strip().splitlines()
+        return err[-1] if err else "worker died"
+
+    def run(self, n: int) -> None:
+        if self.error:
+            return
+        self.p.stdin.write(f"run {n}\n")
+        self.p.stdin.flush()
+        msg = self._read()
+        if msg is None:
+            self.error = self._why()
+            return
+        self.times += msg["times"]
+
+    def finish(self) -> int | None:
+        if self.error:
+            return None
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        msg = self._read()
+        self.p.wait()
+        return msg["peak_kib"] if msg else None
+
+
+def measure(spec: str, rounds: int, warmup: int, budget_s: float) -> dict:
+    """Median ms and peak memory growth (KiB) per engine, the engines interleaved round by round."""
+    workers = [_Worker(e, spec) for e in ENGINES]
+    for w in workers:
+        w.run(warmup)
+        w.times.clear()
+    # invokes per round: about 10 ms of each engine, at least 1
+    t_start = time.perf_counter()
+    for r in range(rounds):
+        order = workers[r % 3:] + workers[:r % 3]
+        for w in order:
+            w.run(1 if not w.times or w.times[-1] > 0.01 else max(1, int(0.01 / max(w.times[-1], 1e-6))))
+        if time.perf_counter() - t_start > budget_s:
+            break
+    out = {}
+    for w in workers:
+        peak = w.finish()
+        ts = sorted(w.times)
+        out[w.engine] = {"error": w.error} if w.error else {
+            "ms": 1e3 * ts[len(ts) // 2], "n": len(ts), "peak_kib": peak}
+    return out
+
+
+def profile(spec: str, runs: int = 5) -> list[tuple[str, float]]:
+    """edgerun's per-op-type milliseconds per invoke (in this process)."""
+    from edgerun import Interpreter
+    from edgerun.testing import random_inputs
+
+    it = Interpreter(model_content=_model_bytes(spec))
+    it.allocate_tensors()
+    details = it.get_input_details()
+    for d, x in zip(details, random_inputs(details, seed=0)):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    it.set_profiling(True)
+    for _ in range(runs):
+        it.invoke()
+    return sorted(((op, 1e3 * s / runs) for op, s in it.profile.items()), key=lambda kv: -kv[1])
 
 
 def machine() -> str:
@@ -52,47 +241,88 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    import numpy
+
+    try:
+        from importlib.metadata import version
+
+        litert = version("ai-edge-litert")
+    except Exception:
+        litert = "?"
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {numpy.__version__}, "
+            f"ai-edge-litert {litert}, {platform.system()} {platform.release()}")
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=30, help="interleaved rounds per model")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--only", default="", help="substring filter on model names")
-    ap.add_argument("--write", type=Path, help="append a markdown section to this file")
+    ap.add_argument("--budget", type=float, default=60.0, help="seconds of rounds per model at most")
+    ap.add_argument("--only", default="", help="substring filter on group or model names")
+    ap.add_argument("--no-float", action="store_true", help="skip the float MediaPipe originals")
+    ap.add_argument("--profile", type=int, default=0, help="per-op profiles of the N slowest models (by ratio)")
+    ap.add_argument("--write", type=Path, help="append the tables as a markdown section to this file")
+    ap.add_argument("--worker", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if args.worker:
+        return worker(*args.worker)
 
-    from edgerun.bench import benchmark
+    load0 = os.getloadavg()[0]
+    rows, ratios = [], {}
+    entries = [c for c in corpus(not args.no_float) if args.only in c[0] or args.only in c[1]]
+    for group, name, spec in entries:
+        res = measure(spec, args.rounds, args.warmup, args.budget)
+        e, lr, lx = (res[k] for k in ENGINES)
+        cells = [name]
+        for r in (e, lr, lx):
+            cells.append(f"{r['ms']:.3f}" if "ms" in r else f"error: {r['error']}")
+        if "ms" in e and "ms" in lr:
+            ratio = e["ms"] / lr["ms"]
+            ratios.setdefault(group, []).append((ratio, name, spec))
+            cells.append(f"{ratio:.2f}x")
+        else:
+            cells.append("-")
+        cells.append(f"{e['ms'] / lx['ms']:.2f}x" if "ms" in e and "ms" in lx else "-")
+        for r in (e, lr, lx):
+            cells.append(f"{r['peak_kib']:,}" if r.get("peak_kib") is not None else "-")
+        cells.append(f"{e['peak_kib'] / max(lr['peak_kib'], 1):.2f}x"
+                     if e.get("peak_kib") is not None and lr.get("peak_kib") is not None else "-")
+        rows.append(cells)
+        print(" | ".join(cells), flush=True)
+    load1 = os.getloadavg()[0]
 
-    rows = []
-    for name, data in models().items():
-        if args.only and args.only not in name:
-            continue
-        try:
-            rep = benchmark(data, runs=args.runs, warmup=args.warmup, num_threads=1)
-        except Exception as e:  # a model edgerun cannot run yet: record why
-            rows.append((name, f"error: {e}", "", "", "", "", ""))
-            print(f"{name}: error: {e}", flush=True)
-            continue
-        e = rep["engines"]
-        r = rep.get("ratios", {})
-        row = (name, f"{e['edgerun']['p50_ms']:.2f}", f"{e['litert']['p50_ms']:.2f}",
-               f"{e['litert-xnnpack']['p50_ms']:.2f}", f"{r.get('edgerun/litert', 0):.2f}x",
-               f"{r.get('edgerun/litert-xnnpack', 0):.2f}x", f"{e['edgerun']['arena_bytes']:,}")
-        rows.append(row)
-        print(" | ".join(row), flush=True)
-
-    header = ("model", "edgerun p50 ms", "LiteRT p50 ms (XNNPACK off)", "LiteRT p50 ms (XNNPACK on)",
-              "edgerun / LiteRT", "edgerun / LiteRT+XNNPACK", "edgerun arena B")
+    header = ("model", "edgerun ms", "LiteRT ms (XNNPACK off)", "LiteRT ms (XNNPACK on)", "edgerun / LiteRT",
+              "edgerun / LiteRT+XNNPACK", "edgerun peak KiB", "LiteRT peak KiB", "LiteRT+XNNPACK peak KiB",
+              "memory edgerun / LiteRT")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines.append("")
+    lines.append("| group | models | geometric mean edgerun / LiteRT | worst |")
+    lines.append("|---|---|---|---|")
+    for group, rs in ratios.items():
+        worst = max(rs)
+        lines.append(f"| {group} | {len(rs)} | {_geomean([r for r, _, _ in rs]):.2f}x | "
+                     f"{worst[0]:.2f}x ({worst[1]}) |")
+    slowest = sorted((r for rs in ratios.values() for r in rs), reverse=True)[:args.profile]
+    for ratio, name, spec in slowest:
+        lines.append("")
+        lines.append(f"Per-op profile, {name} ({ratio:.2f}x), edgerun ms per invoke by op type:")
+        lines.append("")
+        lines.append("| op | ms |")
+        lines.append("|---|---|")
+        lines += [f"| {op} | {ms:.3f} |" for op, ms in profile(spec)[:8]]
     table = "\n".join(lines)
     print(table)
     if args.write:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        section = (f"\n## Interpreter latency, {stamp}\n\nMachine: {machine()}. One thread everywhere. "
-                   f"Command: `python tools/bench.py --runs {args.runs}`.\n\n{table}\n")
+        cmd = " ".join(["python", "tools/bench.py"] + sys.argv[1:])
+        section = (f"\n### Corpus run, {stamp}\n\nMachine: {machine()}. Load average {load0:.1f} at the start, "
+                   f"{load1:.1f} at the end. Command: `{cmd}`.\n\n{table}\n")
         with open(args.write, "a") as f:
             f.write(section)
     return 0
