@@ -3,7 +3,7 @@
 # OpenSSH), then the package itself with every extra. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEB_PACKAGES="build-essential gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm openssh-server openssh-client rsync"
+DEB_PACKAGES="build-essential gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm openssh-server openssh-client rsync chromium"
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -14,6 +14,6 @@ if command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
   fi
 else
-  echo "apt-get not found: install a C compiler, arm-none-eabi-gcc, qemu-system-arm and sshd yourself" >&2
+  echo "apt-get not found: install a C compiler, arm-none-eabi-gcc, qemu-system-arm and sshd (and chromium for the report test) yourself" >&2
 fi
 python3 -m pip install -q -e ".[dev]"
