@@ -31,6 +31,7 @@ import numpy as np
 
 from edgerun.errors import DelegateUnavailableError, EdgerunError
 from edgerun.ir import Model, Subgraph, Tensor
+from edgerun.ops.registry import NodeContext, node_dtype, node_macs  # noqa: F401  (public here too)
 from edgerun.schema import tflite
 
 ENTRY_POINT_GROUP = "edgerun.delegates"
@@ -114,8 +115,6 @@ def node_context(model: Model, graph: Subgraph | int, index: int, shapes: list |
 
     shapes default to the shapes stored in the model, known values to the model's constants.
     """
-    from edgerun.ops.registry import NodeContext
-
     g = model.subgraphs[graph] if isinstance(graph, int) else graph
     op = g.operators[index]
     if shapes is None:
@@ -123,56 +122,6 @@ def node_context(model: Model, graph: Subgraph | int, index: int, shapes: list |
     if known is None:
         known = {}
     return NodeContext(model, g, index, op, model.op_name(op), shapes, known)
-
-
-def node_dtype(ctx) -> str:
-    """The dtype a node's kernels are keyed by (the op registry's rule), e.g. ``int8``."""
-    from edgerun.ops import REGISTRY
-
-    code = ctx.model.op_code(ctx.op)
-    d = REGISTRY.get(code.builtin) if code.builtin != "CUSTOM" else None
-    if d is not None:
-        try:
-            return d.key(ctx)
-        except Exception:  # noqa: BLE001, S110  (a key function may need shapes a broken model lacks)
-            pass
-    for t in ctx.inputs:
-        if t is not None:
-            return t.dtype
-    return ctx.output(0).dtype if ctx.op.outputs else ""
-
-
-def _shape(ctx, tensor_index: int) -> tuple[int, ...]:
-    return tuple(int(d) for d in ctx.shapes[tensor_index])
-
-
-def node_macs(ctx) -> int:
-    """Multiply-accumulates of one node (conv, depthwise, fully connected, matmul); 0 otherwise."""
-    name = ctx.name
-    op = ctx.op
-    try:
-        if name in ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"):
-            w_idx = 1
-            w = _shape(ctx, op.inputs[w_idx])
-            out = _shape(ctx, op.outputs[0])
-            if name == "CONV_2D":  # OHWI
-                return int(np.prod(out, dtype=np.int64)) * w[1] * w[2] * w[3]
-            if name == "DEPTHWISE_CONV_2D":  # 1 H W C*m
-                return int(np.prod(out, dtype=np.int64)) * w[1] * w[2]
-            x = _shape(ctx, op.inputs[2])  # TRANSPOSE_CONV: (output_shape, weights, input)
-            return int(np.prod(x, dtype=np.int64)) * w[0] * w[1] * w[2]
-        if name == "FULLY_CONNECTED":
-            w = _shape(ctx, op.inputs[1])
-            out = _shape(ctx, op.outputs[0])
-            return int(np.prod(out, dtype=np.int64)) * w[-1]
-        if name == "BATCH_MATMUL":
-            a = _shape(ctx, op.inputs[0])
-            out = _shape(ctx, op.outputs[0])
-            k = a[-2] if ctx.options.get("adj_x") else a[-1]
-            return int(np.prod(out, dtype=np.int64)) * k
-    except (IndexError, TypeError):
-        return 0
-    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,16 +514,12 @@ def coverage(interp) -> dict:
     "macs_pct", "partitions": [...], "fallback": [{"node", "op", "dtype", "reasons"}]}``.
     Nodes folded at ``allocate_tensors`` (shape arithmetic) are not counted.
     """
-    runner = interp._runner(0)
-    report = getattr(runner, "delegate_report", None)
-    if report is None:  # no delegates: everything runs on edgerun's kernels
-        from edgerun.runtime.partition import node_report
-        report = node_report(runner, [])
-    nodes = report["nodes"]
+    report = interp.delegation_report()
+    nodes = report.nodes
     return {
-        "delegates": report["delegates"],
+        "delegates": report.delegates,
         **coverage_figures(nodes),
-        "partitions": [p.to_dict() for p in interp.partitions],
+        "partitions": [p.to_dict() for p in report.partitions],
         "fallback": [{"node": n["node"], "op": n["op"], "dtype": n["dtype"], "reasons": n["reasons"]}
                      for n in nodes if not n["delegate"]],
     }

@@ -199,11 +199,3 @@ def test_image_folder_calibration_with_preprocessing(tmp_path):
     stored = json.loads(md["edgerun.preprocessing"])
     assert stored["size"] == [12, 12] and stored["layout"] == "NHWC" and stored["mean"] == [127.5]
     onnx.checker.check_model(m)
-
-
-def test_quant_rules_live_on_the_op_registry():
-    import edgerun.ops  # noqa: F401  (fills the registry)
-    from edgerun.ops.registry import REGISTRY
-    assert REGISTRY["CONV_2D"].quant_rule.kind == "weights" and REGISTRY["DEPTHWISE_CONV_2D"].quant_rule.weight_axis == 3
-    assert REGISTRY["SOFTMAX"].quant_rule.fixed == (1 / 256, -128) and REGISTRY["TANH"].quant_rule.fixed == (1 / 128, 0)
-    assert REGISTRY["RESHAPE"].quant_rule.kind == "same" and REGISTRY["CONCATENATION"].quant_rule.kind == "same"

@@ -35,7 +35,7 @@ def test_tflm_bit_identical_and_arena(name, make):
     it = Interpreter(model_content=m, delegates=["mcu"])
     it.allocate_tensors()
     assert len(it.partitions) == 1 and len(it.partitions[0].nodes) == len(it.model.main.operators)
-    kernel = it._runner(0).steps[0].kernel
+    kernel = it.steps()[0].kernel
     for seed in range(4):
         xs = random_inputs(it.get_input_details(), seed)
         got = it.predict(*xs)
@@ -78,7 +78,7 @@ def test_float_nodes_stay_on_edgerun():
     it = Interpreter(model_content=float_relu_chain(), delegates=["mcu"])
     it.allocate_tensors()
     assert it.partitions == []
-    reasons = it._runner(0).delegate_report["nodes"][0]["reasons"]["mcu"]
+    reasons = it.delegation_report().row(0)["reasons"]["mcu"]
     assert "float32" in reasons and "int8" in reasons
 
 

@@ -132,7 +132,7 @@ def test_interpreter_with_tensorrt_delegate_cpu_provider():
     assert a.ok and "ExecutionProvider" in a.reason
     it = Interpreter(model_content=m, delegates=[d])
     it.allocate_tensors()
-    k = it._runner(0).steps[0].kernel
+    k = it.steps()[0].kernel
     assert k.input_dtypes == ["float32"] and k.provider in ("CPUExecutionProvider", "CUDAExecutionProvider",
                                                              "TensorrtExecutionProvider")
     for seed in range(2):
@@ -186,7 +186,7 @@ def test_tensorrt_provider_on_gpu(tmp_path):
     d = TensorRtDelegate(cache_dir=str(tmp_path))
     it = Interpreter(model_content=m, delegates=[d])
     it.allocate_tensors()
-    assert it._runner(0).steps[0].kernel.provider == "TensorrtExecutionProvider"
+    assert it.steps()[0].kernel.provider == "TensorrtExecutionProvider"
     xs = random_inputs(it.get_input_details(), 0)
     assert_close(it.predict(*xs), run_edgerun(m, xs), max_lsb=1)
     assert any(tmp_path.rglob("*.engine"))

@@ -29,7 +29,7 @@ def test_sparse_float16_weights_densify_then_dequantize():
     np.testing.assert_allclose(got[0], np.arange(8, dtype=np.float32).reshape(2, 4) @ dense.astype(np.float32).T)
     it = Interpreter(model_content=data)
     it.allocate_tensors()  # the weights are expanded once, here, not at every invoke
-    assert len(it._runner(0).steps) == 1
+    assert len(it.steps()) == 1
 
 
 def test_inputs_survive_invoke():

@@ -435,9 +435,8 @@ def test_shape_arithmetic_folds():
     it = Interpreter(model_content=m)
     it.resize_tensor_input(0, (3, 6, 4))
     it.allocate_tensors()
-    runner = it._runner(0)
-    assert [st.name for st in runner.steps] == ["RESHAPE"]
-    assert runner.known[shp].tolist() == [3, -1]
+    assert [st.name for st in it.steps()] == ["RESHAPE"]
+    assert it.get_tensor(shp).tolist() == [3, -1]
 
 
 def test_densify_feeds_fully_connected():
@@ -479,4 +478,4 @@ def test_shape_gather_concat_reshape_folds():
     it = Interpreter(model_content=m)
     it.resize_tensor_input(0, (4, 3, 4, 5))
     it.allocate_tensors()
-    assert [st.name for st in it._runner(0).steps] == ["RESHAPE"]
+    assert [st.name for st in it.steps()] == ["RESHAPE"]

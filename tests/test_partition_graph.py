@@ -199,12 +199,11 @@ def test_min_nodes_and_max_partitions():
     m = _chain_model()
     it, got, x = _run(m, [PickDelegate(take={0, 2, 4, 5}, min_nodes_per_partition=2)])
     assert [p.nodes for p in it.partitions] == [[4, 5]]
-    rows = {r["node"]: r for r in it._runner(0).delegate_report["nodes"]}
-    assert "min_nodes_per_partition=2" in rows[0]["reasons"]["pick"]
+    assert "min_nodes_per_partition=2" in it.delegation_report().row(0)["reasons"]["pick"]
     assert_close(got, run_edgerun(m, x))
     it, got, _ = _run(m, [PickDelegate(take={0, 1, 3, 4, 5}, max_partitions=1)])
     assert [p.nodes for p in it.partitions] == [[3, 4, 5]]
-    assert "max_partitions" in {r["node"]: r for r in it._runner(0).delegate_report["nodes"]}[0]["reasons"]["pick"]
+    assert "max_partitions" in it.delegation_report().row(0)["reasons"]["pick"]
 
 
 def test_priority_order_and_leftovers_to_next_delegate():
@@ -284,7 +283,6 @@ def test_cycle_case_end_to_end_with_xnnpack():
     m = q.done(y)
     it, got, xs = _run(m, ["xnnpack"])
     assert [p.ops for p in it.partitions] == [["CONV_2D"], ["ADD"]]
-    rows = it._runner(0).delegate_report["nodes"]
-    assert "RELU/int8" in rows[1]["reasons"]["xnnpack"]
+    assert "RELU/int8" in it.delegation_report().row(1)["reasons"]["xnnpack"]
     assert_close(got, run_edgerun(m, xs), max_lsb=1)
     assert_close(got, run_litert(m, xs), max_lsb=1)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgerun.ir import Model, ModelBuilder, QuantParams
+from edgerun.ops.registry import fused_activation_ops
 
-#: ops that carry a ``fused_activation_function`` option
-FUSABLE = {"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL", "DIV",
-           "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION", "TRANSPOSE_CONV"}
+#: ops into which an activation may be fused (``fused_activation_function``; the op registry's table)
+FUSABLE = fused_activation_ops()
 
 
 @dataclass

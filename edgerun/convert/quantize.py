@@ -16,87 +16,32 @@ The spec (https://ai.google.dev/edge/litert/models/quantization_spec), as applie
   shared range is the union of the members' ranges (a union-find over tensors);
 * other constant operands (ADD/MUL operands, PRELU alpha) are int8 asymmetric per tensor.
 
-Each op's rule is data, :data:`RULES`, and is recorded on the op registry
-(``edgerun.ops.registry.REGISTRY[op].quant_rule``) so delegates and tools read the same table.
+Each op's rule is data declared with the op (``OpDef.quant_rule``, in ``edgerun/ops/builtins.py``);
+:data:`RULES` is the converter's view of that one table.
 Ops with no int8 form in TFLite (or that the caller keeps in float to meet an accuracy budget)
 run in float between DEQUANTIZE and QUANTIZE.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+import edgerun.ops  # noqa: F401  (fills the registry, quantization rules included)
 from edgerun.convert.graph import Graph, Op, T
 from edgerun.errors import ConversionError
 from edgerun.ir import QuantParams
+from edgerun.ops.registry import QuantRule, quant_rules
 
 
-@dataclass(frozen=True)
-class QuantRule:
-    """How one op is quantized.
-
-    kind: "weights" (int8 per-channel weights at ``weight_input`` along ``weight_axis``, int32
-    bias at ``bias_input``), "fixed" (output params ``fixed``), "same" (inputs ``shared`` and
-    outputs share params), "own" (output from its calibrated range), "float" (no int8 form).
-    """
-
-    kind: str
-    weight_input: int = 1
-    weight_axis: int = 0
-    bias_input: int | None = 2
-    fixed: tuple[float, int] | None = None
-    shared: tuple[int, ...] = (0,)  # data inputs that share the output's params ("same")
-    int8_version: int = 2
-
-
-def _w(axis=0, wi=1, bi=2, v=3):
-    return QuantRule("weights", wi, axis, bi, int8_version=v)
-
-
-RULES: dict[str, QuantRule] = {
-    "CONV_2D": _w(0, v=3), "DEPTHWISE_CONV_2D": _w(3, v=3), "FULLY_CONNECTED": _w(0, v=4),
-    "TRANSPOSE_CONV": _w(0, wi=1, bi=3, v=3),
-    "SOFTMAX": QuantRule("fixed", fixed=(1 / 256, -128)), "LOGISTIC": QuantRule("fixed", fixed=(1 / 256, -128)),
-    "TANH": QuantRule("fixed", fixed=(1 / 128, 0)), "LOG_SOFTMAX": QuantRule("fixed", fixed=(16 / 256, 127)),
-    "RESHAPE": QuantRule("same", int8_version=1), "SQUEEZE": QuantRule("same", int8_version=1),
-    "EXPAND_DIMS": QuantRule("same", int8_version=1),
-    "MAX_POOL_2D": QuantRule("same"), "AVERAGE_POOL_2D": QuantRule("same"), "REDUCE_MAX": QuantRule("same"),
-    "REDUCE_MIN": QuantRule("same"),
-    "TRANSPOSE": QuantRule("same"), "PAD": QuantRule("same"), "PADV2": QuantRule("same", shared=(0, 2)),
-    "MIRROR_PAD": QuantRule("same"), "SLICE": QuantRule("same"), "STRIDED_SLICE": QuantRule("same"),
-    "SPLIT": QuantRule("same", shared=(1,)), "SPLIT_V": QuantRule("same"), "GATHER": QuantRule("same"),
-    "RESIZE_BILINEAR": QuantRule("same"), "RESIZE_NEAREST_NEIGHBOR": QuantRule("same"),
-    "DEPTH_TO_SPACE": QuantRule("same"), "SPACE_TO_DEPTH": QuantRule("same"),
-    "CONCATENATION": QuantRule("same", shared=(-1,)),
-    "MAXIMUM": QuantRule("same", shared=(0, 1)), "MINIMUM": QuantRule("same", shared=(0, 1)),
-    "ADD": QuantRule("own"), "SUB": QuantRule("own"), "MUL": QuantRule("own"), "MEAN": QuantRule("own"),
-    "SUM": QuantRule("own"), "RELU": QuantRule("own"),
-    # TFLM's int8 RELU6 clamps raw values without requantizing: input and output share params
-    "RELU6": QuantRule("same"), "RELU_N1_TO_1": QuantRule("same", int8_version=1), "LEAKY_RELU": QuantRule("own"), "PRELU": QuantRule("own", int8_version=1),
-    "HARD_SWISH": QuantRule("own", int8_version=1), "ELU": QuantRule("own", int8_version=1),
-    "EXP": QuantRule("own"), "ABS": QuantRule("own"), "BATCH_MATMUL": QuantRule("own"),
-    # LiteRT's int8 DIV overflows when the numerator is -1 after the zero point (CountLeadingSignBits
-    # gives 31): keep DIV in float. (A DIV by a constant is lowered to MUL by the reciprocal.)
-    "DIV": QuantRule("float"), "SQRT": QuantRule("own", int8_version=1),
-    "RSQRT": QuantRule("own", int8_version=1),
-    # NEG's int8 kernel negates raw values (no requantization): not expressible with one output scale
-    "NEG": QuantRule("float"),
-    "DEQUANTIZE": QuantRule("float"), "CAST": QuantRule("float"),
-}
-
-
-def install_rules() -> None:
-    """Record RULES on the one op registry (``OpDef.quant_rule``)."""
-    from edgerun.ops.registry import REGISTRY, OpDef
-    for op, rule in RULES.items():
-        REGISTRY.setdefault(op, OpDef(op)).quant_rule = rule
-
-
-install_rules()
+#: {op: QuantRule}: the rules declared on the op registry (``edgerun/ops/builtins.py``)
+RULES: dict[str, QuantRule] = quant_rules()
 
 QMIN, QMAX = -128, 127
+#: a calibrated range narrower than this (after widening to include 0) is a constant-zero tensor
+NEAR_ZERO_RANGE = 1e-6
+#: the scale such a tensor gets: one step of a unit-wide range (its producers' and consumers'
+#: requantization multipliers then stay in range for any input scale up to ~2000)
+DEGENERATE_SCALE = float(np.float32(1.0 / 255.0))
 
 
 def activation_params(lo: float, hi: float) -> tuple[float, int]:
@@ -104,8 +49,11 @@ def activation_params(lo: float, hi: float) -> tuple[float, int]:
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if not np.isfinite(lo) or not np.isfinite(hi):
         raise ConversionError(f"calibrated range [{lo}, {hi}] is not finite (NaN or inf in the float model)")
-    if hi - lo < 1e-8:
-        hi = lo + 1e-8 * 255
+    if hi - lo < NEAR_ZERO_RANGE:
+        # An (all but) zero tensor: any scale represents it, but a tiny one makes the requantization
+        # multipliers of its producer and consumers huge (LiteRT aborts on an ADD output scale of
+        # 1e-8). Use the step of a [-0.5, 0.5] range, with zero point 0, as a floor.
+        return DEGENERATE_SCALE, 0
     scale = float(np.float32((hi - lo) / 255.0))
     zp = int(np.clip(np.round(QMIN - lo / scale), QMIN, QMAX))
     return scale, zp
@@ -158,8 +106,7 @@ def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset()) -> set[i
             out.add(i)
         elif any(g.tensors[o].name in keep_float for o in op.outputs):
             out.add(i)
-        elif op.op in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV") and \
-                g.tensors[op.inputs[rule.weight_input]].data is None:
+        elif rule.kind == "weights" and g.tensors[op.inputs[rule.weight_input]].data is None:
             out.add(i)  # run-time weights: not in the int8 spec
     return out
 

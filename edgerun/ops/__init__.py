@@ -1,20 +1,24 @@
-"""Op kernels. Importing this package imports every kernel module in it, and each module
-registers its kernels explicitly with ``@register`` (cf. onnx's ``_op_list.py``)."""
+"""Op kernels and the op registry.
 
-import importlib as _importlib
-import pkgutil as _pkgutil
+Importing this package imports the kernel modules listed below (:data:`KERNEL_MODULES`), in that
+order; each registers its kernels explicitly with ``@register`` / ``register_custom`` (cf. onnx's
+``_op_list.py`` and TFLM's op resolver). ``builtins`` then adds every op's other facts
+(quantization rule, MAC count, fused activations, node checks). A new kernel module is added to
+this list by hand: nothing is discovered by file name. Numpy-only: no converter, CLI or delegate
+module is imported from here.
+"""
 
-from edgerun.ops.registry import (CUSTOM, REGISTRY, Kernel, NodeContext, OpDef, register,  # noqa: F401
-                                  register_custom, registered_pairs)
+from edgerun.ops.registry import (CUSTOM, REGISTRY, Kernel, NodeContext, OpDef, QuantRule,  # noqa: F401
+                                  define, node_dtype, node_macs, register, register_custom,
+                                  registered_pairs)
 
-_NOT_KERNELS = {"registry", "fixedpoint", "common"}
+# The kernel modules, in this order (helpers without kernels: registry, common, fixedpoint).
+from edgerun.ops import (activations, compare, control_flow, conv, custom,  # noqa: F401, E402, I001
+                         detection_postprocess, elementwise, fully_connected, nonlinear, pooling,
+                         quantize, reduce, resize, resource, shape)
+# Op facts beyond kernels, for every builtin (imported last: it adds to the OpDefs above).
+from edgerun.ops import builtins  # noqa: F401, E402
 
-for _info in sorted(_pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.name not in _NOT_KERNELS and not _info.name.startswith("_"):
-        _importlib.import_module(f"edgerun.ops.{_info.name}")
-
-# Each OpDef's quantization rule (TFLite's int8 spec) comes from the converter's table, so the
-# interpreter, delegates and the converter read one source (numpy-only import).
-from edgerun.convert.quantize import install_rules as _install_rules  # noqa: E402
-
-_install_rules()
+KERNEL_MODULES = ("activations", "compare", "control_flow", "conv", "custom", "detection_postprocess",
+                  "elementwise", "fully_connected", "nonlinear", "pooling", "quantize", "reduce",
+                  "resize", "resource", "shape")

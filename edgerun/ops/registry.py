@@ -13,6 +13,14 @@ dtype unless the OpDef says otherwise (``register(..., key=output_dtype)``); QUA
 and CAST keep the default, since their input dtype is what selects the arithmetic.
 Registering the same (op, dtype) twice raises, as TFLM's resolver does. Custom ops register by
 their ``custom_code`` with :func:`register_custom`.
+
+Everything else edgerun knows about a builtin lives on its :class:`OpDef` too, declared with
+:func:`define` (the table is ``edgerun/ops/builtins.py``): how the converter quantizes it
+(:class:`QuantRule`), how many multiply-accumulates a node does (:func:`node_macs`, the one count
+``check``, ``bench`` and the delegates use), whether a fused activation may be folded into it,
+and the node checks every kernel path shares (``validate``). The op code and options table come
+from the schema. Delegates key their capability tables by the same names; this module imports
+no delegate, converter or runtime code (the device core stays numpy + flatbuffers).
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from typing import Callable
 
 import numpy as np
 
-from edgerun.errors import UnsupportedOpError
+from edgerun.errors import ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model, Operator, Subgraph, Tensor
+from edgerun.schema import tflite
 
 
 @dataclass
@@ -74,9 +83,15 @@ class NodeContext:
         return self.model.tensor_data(self.graph.tensors[idx])
 
     def fail(self, detail: str) -> UnsupportedOpError:
-        t = self.input(0) or self.output(0)
-        return UnsupportedOpError(self.name, t.dtype, node_index=self.index, detail=detail,
-                                  candidates=delegates_for(self.name, t.dtype))
+        """The error for a node edgerun's kernels cannot run (the interpreter adds the delegates
+        that could)."""
+        t = self.input(0) or (self.output(0) if self.op.outputs else None)
+        return UnsupportedOpError(self.name, t.dtype if t is not None else None, node_index=self.index,
+                                  detail=detail)
+
+    def invalid(self, detail: str) -> ModelFormatError:
+        """The error for a node no runtime would accept (LiteRT's Prepare would fail too)."""
+        return ModelFormatError(f"node {self.index} ({self.name}): {detail}")
 
 
 class Kernel:
@@ -107,30 +122,124 @@ def _first_input_dtype(ctx: NodeContext) -> str:
     return ctx.output(0).dtype
 
 
+@dataclass(frozen=True)
+class QuantRule:
+    """How the converter quantizes one op (TFLite's int8 spec; see ``edgerun.convert.quantize``).
+
+    kind: "weights" (int8 per-channel weights at ``weight_input`` along ``weight_axis``, int32
+    bias at ``bias_input``), "fixed" (output params ``fixed``), "same" (inputs ``shared`` and
+    outputs share params), "own" (output from its calibrated range), "float" (no int8 form).
+    int8_version: the op version LiteRT needs for the int8 form.
+    """
+
+    kind: str
+    weight_input: int = 1
+    weight_axis: int = 0
+    bias_input: int | None = 2
+    fixed: tuple[float, int] | None = None
+    shared: tuple[int, ...] = (0,)  # data inputs that share the output's params ("same")
+    int8_version: int = 2
+
+
+#: A node check: gets the NodeContext (shapes of the node's inputs known), raises
+#: ModelFormatError (``ctx.invalid``) for a node no runtime would accept.
+Validator = Callable[[NodeContext], None]
+
+
 @dataclass
 class OpDef:
+    """Everything edgerun knows about one builtin op (or, for kernels only, one custom op)."""
+
     name: str
     kernels: dict[str, type[Kernel]] = field(default_factory=dict)
     key: Callable[[NodeContext], str] = _first_input_dtype
-    #: filled by the converter: how this op is quantized (see edgerun.convert.quantize)
-    quant_rule: object = None
+    #: how the converter quantizes this op (None: the converter has no int8 rule for it)
+    quant_rule: QuantRule | None = None
+    #: multiply-accumulates of one node (None: the op does no MACs worth counting)
+    macs: Callable[[NodeContext], int] | None = None
+    #: whether the converter may fold a following activation into ``fused_activation_function``
+    fused_activation: bool = False
+    #: node checks shared by every kernel path (edgerun's kernels and delegates alike)
+    validators: tuple[Validator, ...] = ()
+    #: upper bound of the working memory (bytes) a node's kernel needs beyond its tensors
+    #: (padded copies of the input); the interpreter counts it in its memory budget
+    scratch: Callable[[NodeContext], int] | None = None
+    #: (min, max) number of inputs and of outputs a node of this op may have (max None: any)
+    inputs: tuple[int, int | None] = (1, None)
+    outputs: tuple[int, int | None] = (1, None)
+
+    @property
+    def code(self) -> int:
+        """The schema's builtin operator code."""
+        return tflite.BUILTIN_OPERATORS[self.name]
+
+    @property
+    def options_table(self) -> str | None:
+        """The name of the schema's options table this op carries (None: it has none)."""
+        return tflite.OP_OPTIONS.get(self.name)
+
+    @property
+    def option_fields(self) -> tuple[str, ...]:
+        table = tflite.OP_OPTIONS.get(self.name)
+        return tuple(f[0] for f in tflite.OPTION_FIELDS.get(table, ()) if f is not None) if table else ()
 
     @property
     def dtypes(self) -> list[str]:
         return sorted(self.kernels)
 
+    def validate(self, ctx: NodeContext) -> None:
+        """Raise ModelFormatError for a node of this op that no runtime would accept."""
+        for what, (lo, hi), have in (("inputs", self.inputs, ctx.op.inputs),
+                                     ("outputs", self.outputs, ctx.op.outputs)):
+            n = len(have)
+            if n < lo or (hi is not None and n > hi):
+                want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+                raise ctx.invalid(f"has {n} {what}, {self.name} takes {want}")
+        for check in self.validators:
+            check(ctx)
+
 
 REGISTRY: dict[str, OpDef] = {}
 CUSTOM: dict[str, type[Kernel]] = {}
-#: (op, dtype) pairs executed by any interpreter in this process; the op-coverage test reads it.
-EXECUTED: set[tuple[str, str]] = set()
+
+
+def op_def(op: str) -> OpDef:
+    """The OpDef of builtin ``op``, created on first use (the name must be in the schema)."""
+    d = REGISTRY.get(op)
+    if d is None:
+        if op not in tflite.BUILTIN_OPERATORS or op == "CUSTOM":
+            raise ValueError(f"{op!r} is not a TFLite builtin operator")
+        d = REGISTRY[op] = OpDef(op)
+    return d
+
+
+def define(op: str, *, quant: QuantRule | None = None, macs: Callable[[NodeContext], int] | None = None,
+           fused_activation: bool = False, validators: tuple[Validator, ...] = (),
+           inputs: tuple[int, int | None] | None = None,
+           outputs: tuple[int, int | None] | None = None,
+           scratch: Callable[[NodeContext], int] | None = None) -> OpDef:
+    """Declare the facts of builtin ``op`` beyond its kernels (see ``edgerun/ops/builtins.py``)."""
+    d = op_def(op)
+    if quant is not None:
+        d.quant_rule = quant
+    if macs is not None:
+        d.macs = macs
+    if scratch is not None:
+        d.scratch = scratch
+    d.fused_activation = d.fused_activation or fused_activation
+    d.validators = d.validators + tuple(validators)
+    if inputs is not None:
+        d.inputs = inputs
+    if outputs is not None:
+        d.outputs = outputs
+    return d
 
 
 def register(op: str, *dtypes: str, key: Callable[[NodeContext], str] | None = None):
     """Class decorator: register a kernel for ``op`` and each of ``dtypes``."""
 
     def deco(cls: type[Kernel]) -> type[Kernel]:
-        d = REGISTRY.setdefault(op, OpDef(op))
+        d = op_def(op)
         if key is not None:
             d.key = key
         for dt in dtypes:
@@ -154,18 +263,6 @@ def output_dtype(ctx: NodeContext) -> str:
     return ctx.output(0).dtype
 
 
-def delegates_for(op: str, dtype: str | None) -> list[str]:
-    """Names of installed delegates whose capability tables accept (op, dtype). Never raises."""
-    try:
-        from edgerun.delegate import delegates_supporting
-    except Exception:  # delegate framework absent or broken: the message just omits candidates
-        return []
-    try:
-        return delegates_supporting(op, dtype)
-    except Exception:
-        return []
-
-
 def lookup(ctx: NodeContext, custom: dict[str, type[Kernel]] | None = None) -> tuple[type[Kernel], str]:
     """Find the kernel class for a node, or raise UnsupportedOpError naming it."""
     code = ctx.model.op_code(ctx.op)
@@ -175,21 +272,66 @@ def lookup(ctx: NodeContext, custom: dict[str, type[Kernel]] | None = None) -> t
         if k is None:
             raise UnsupportedOpError(f"CUSTOM:{name}", None, node_index=ctx.index,
                                      detail="no kernel registered for this custom op "
-                                            "(edgerun.ops.register_custom or Interpreter(custom_ops=...))",
-                                     candidates=delegates_for(name, None))
+                                            "(edgerun.ops.register_custom or Interpreter(custom_ops=...))")
         return k, "custom"
     d = REGISTRY.get(code.builtin)
-    if d is None:
-        raise UnsupportedOpError(code.builtin, None, node_index=ctx.index,
-                                 candidates=delegates_for(code.builtin, None))
+    if d is None or not d.kernels:
+        raise UnsupportedOpError(code.builtin, None, node_index=ctx.index)
     dtype = d.key(ctx)
     k = d.kernels.get(dtype)
     if k is None:
         raise UnsupportedOpError(code.builtin, dtype, node_index=ctx.index,
-                                 detail=f"edgerun has kernels for {', '.join(d.dtypes) or 'no dtype'}",
-                                 candidates=delegates_for(code.builtin, dtype))
+                                 detail=f"edgerun has kernels for {', '.join(d.dtypes) or 'no dtype'}")
     return k, dtype
 
 
+def node_dtype(ctx: NodeContext) -> str:
+    """The dtype a node's kernels are keyed by (its OpDef's rule), e.g. ``int8``; never raises
+    for a model the reader accepted (a key function that needs missing tensors falls back to the
+    first input's dtype)."""
+    code = ctx.model.op_code(ctx.op)
+    d = REGISTRY.get(code.builtin) if code.builtin != "CUSTOM" else None
+    if d is not None:
+        try:
+            return d.key(ctx)
+        except (IndexError, KeyError, TypeError, ValueError):  # a broken model lacks the tensor the key reads
+            pass
+    for t in ctx.inputs:
+        if t is not None:
+            return t.dtype
+    return ctx.output(0).dtype if ctx.op.outputs else ""
+
+
+def node_macs(ctx: NodeContext) -> int:
+    """Multiply-accumulates of one node (its OpDef's ``macs``; 0 for ops without one, or for a
+    node whose tensors a broken model leaves out)."""
+    d = REGISTRY.get(ctx.name)
+    if d is None or d.macs is None:
+        return 0
+    try:
+        return int(d.macs(ctx))
+    except (IndexError, TypeError, ValueError):
+        return 0
+
+
+def node_scratch(ctx: NodeContext) -> int:
+    """Working memory (bytes) a node's kernel may allocate beyond its tensors (0 if declared none)."""
+    d = REGISTRY.get(ctx.name)
+    if d is None or d.scratch is None:
+        return 0
+    return int(d.scratch(ctx))
+
+
 def registered_pairs() -> list[tuple[str, str]]:
+    """Every (op, dtype) edgerun has a kernel for, sorted."""
     return sorted((op, dt) for op, d in REGISTRY.items() for dt in d.kernels)
+
+
+def quant_rules() -> dict[str, QuantRule]:
+    """{op: QuantRule} for every op the converter knows how to quantize."""
+    return {op: d.quant_rule for op, d in sorted(REGISTRY.items()) if d.quant_rule is not None}
+
+
+def fused_activation_ops() -> frozenset[str]:
+    """Ops into which the converter may fold a following activation."""
+    return frozenset(op for op, d in REGISTRY.items() if d.fused_activation)

@@ -22,10 +22,7 @@ def _table(ctx) -> tuple[dict, list]:
     if ctx.runtime is None:
         raise EdgerunError(f"{ctx.name} needs an interpreter (resource variables are interpreter state)")
     interp = ctx.runtime.interp
-    keys = getattr(interp, "_resource_keys", None)
-    if keys is None:
-        keys = interp._resource_keys = []
-    return interp.resources, keys
+    return interp.resources, interp.resource_keys
 
 
 def _key(ctx, handle: np.ndarray) -> tuple[str, str]:

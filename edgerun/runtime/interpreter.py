@@ -19,8 +19,9 @@ import numpy as np
 
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model
-from edgerun.ops.registry import EXECUTED, NodeContext, lookup
-from edgerun.runtime import planner
+from edgerun.ops.registry import REGISTRY, NodeContext, OpDef, lookup, node_scratch
+from edgerun.runtime import budget, planner
+from edgerun.runtime.steps import Step
 from edgerun.schema.reader import read_model, read_model_file
 
 
@@ -46,10 +47,12 @@ def _checked_shape(t, shape) -> tuple[int, ...]:
 
 
 class _model_errors:
-    """Turn a kernel's unexpected exception during preparation into a ModelFormatError.
+    """Turn a kernel's value error during preparation into a ModelFormatError.
 
-    prepare() sees only the model (shapes, constants, options), so an exception there means the
-    model is inconsistent (or hostile): report the node instead of a traceback.
+    prepare() sees only the model (shapes, constants, options), so a ValueError, IndexError,
+    KeyError, ZeroDivisionError, OverflowError or MemoryError there means the model is
+    inconsistent (or hostile): report the node instead of a traceback. AttributeError,
+    AssertionError, TypeError and anything else are bugs in edgerun and propagate as they are.
     """
 
     def __init__(self, ctx):
@@ -61,20 +64,38 @@ class _model_errors:
     def __exit__(self, et, ev, tb):
         if et is None or issubclass(et, EdgerunError):
             return False
-        if issubclass(et, (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError,
-                           OverflowError, MemoryError, AttributeError, AssertionError)):
+        if issubclass(et, (ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError, MemoryError)):
             raise ModelFormatError(f"node {self.ctx.index} ({self.ctx.name}): inconsistent model: "
                                    f"{et.__name__}: {ev}") from ev
         return False
 
 
-class Step:
-    """One unit of execution: a node's kernel, or a delegate kernel covering a partition."""
+def _nbytes(t, shape) -> int:
+    dt = t.np_dtype
+    return int(np.prod(shape, dtype=np.int64)) * dt.itemsize if dt is not None else 0
 
-    def __init__(self, name: str, inputs: list[int], outputs: list[int], fn, nodes: list[int],
-                 dtype: str = "", kernel=None):
-        self.name, self.inputs, self.outputs, self.fn = name, inputs, outputs, fn
-        self.nodes, self.dtype, self.kernel = nodes, dtype, kernel
+
+def _with_candidates(e: UnsupportedOpError) -> UnsupportedOpError:
+    """The same error, naming the installed delegates whose capability tables take the op."""
+    if e.candidates:
+        return e
+    from edgerun.delegate import delegates_supporting
+
+    names = delegates_supporting(e.op.removeprefix("CUSTOM:"), e.dtype)
+    if not names:
+        return e
+    return UnsupportedOpError(e.op, e.dtype, node_index=e.node_index, detail=e.detail, candidates=names)
+
+
+def validate_node(ctx: NodeContext) -> None:
+    """The checks every kernel path shares (the op's ``OpDef.validate``: input and output
+    counts, option values, shapes), run in ``allocate_tensors`` before any kernel or delegate
+    sees the node. Raises ModelFormatError."""
+    if ctx.name == "CUSTOM" or ctx.model.op_code(ctx.op).builtin == "CUSTOM":
+        return
+    d = REGISTRY.get(ctx.name) or OpDef(ctx.name)
+    with _model_errors(ctx):
+        d.validate(ctx)
 
 
 class SubgraphRunner:
@@ -95,6 +116,12 @@ class SubgraphRunner:
         self.offsets: dict[int, int] = {}
         self.prepared = False
         self.profile: dict[str, float] = {}
+        #: (op, dtype) of the nodes evaluated in allocate_tensors (constant-folded)
+        self.folded: list[tuple[str, str]] = []
+        #: bytes this subgraph holds: folded constants, arena, variables, largest kernel scratch
+        self.memory_bytes = 0
+        #: who runs each node (filled when delegates partition the graph; see delegation_report)
+        self.report = None
 
     # -- preparation -----------------------------------------------------------------------
     def prepare(self, input_shapes: dict[int, tuple[int, ...]]) -> None:
@@ -113,36 +140,50 @@ class SubgraphRunner:
         self.known = dict(consts)
         self._check_topology()
         steps = []
+        folded_bytes = scratch_bytes = 0
+        mem = self.interp._memory
         for ni, op in enumerate(g.operators):
             ctx = NodeContext(m, g, ni, op, m.op_name(op), self.shapes, self.known, self)
+            validate_node(ctx)
             try:
                 cls, dtype = lookup(ctx, self.interp._custom_ops)
             except UnsupportedOpError as e:
                 if not self.interp._delegates:
-                    raise
+                    raise _with_candidates(e) from None
                 # no edgerun kernel: a delegate must claim this node (partition.apply_delegates
                 # raises this error otherwise); output shapes stay as stored in the model
-                step = Step(ctx.name, list(op.inputs), list(op.outputs), None, [ni], "", None)
-                step.error = e
-                steps.append(step)
+                steps.append(Step(ctx.name, list(op.inputs), list(op.outputs), None, [ni], "", None,
+                                  error=_with_candidates(e)))
                 continue
+            with _model_errors(ctx):
+                need = node_scratch(ctx)
+            if need > scratch_bytes:
+                mem.check(self, folded_bytes + need, f"node {ni} ({ctx.name}) working memory")
+                scratch_bytes = need
             kernel = cls(ctx)
             inputs_known = all(i < 0 or i in self.known for i in op.inputs)
             fold = (kernel.shape_only or (inputs_known and op.inputs)) and not any(
                 g.tensors[o].is_variable for o in op.outputs)
-            with _model_errors(ctx):
-                out_shapes = kernel.prepare()
-                if out_shapes is not None:
-                    for o, shp in zip(op.outputs, out_shapes):
-                        self.shapes[o] = _checked_shape(g.tensors[o], shp)
-                vals = kernel.eval([self.known.get(i) if i >= 0 else None for i in op.inputs]) if fold else None
+            try:
+                with _model_errors(ctx):
+                    out_shapes = kernel.prepare()
+                    if out_shapes is not None:
+                        for o, shp in zip(op.outputs, out_shapes):
+                            self.shapes[o] = _checked_shape(g.tensors[o], shp)
+                    if fold:
+                        folded_bytes += sum(_nbytes(g.tensors[o], self.shapes[o]) for o in op.outputs)
+                        mem.check(self, folded_bytes + scratch_bytes, f"node {ni} ({ctx.name}) constant output")
+                    vals = kernel.eval([self.known.get(i) if i >= 0 else None for i in op.inputs]) if fold else None
+            except UnsupportedOpError as e:
+                raise _with_candidates(e) from None
             if fold:
-                EXECUTED.add((ctx.name, dtype))
+                self.folded.append((ctx.name, dtype))
                 for o, v in zip(op.outputs, vals):
                     self.known[o] = v
                     self.shapes[o] = tuple(v.shape)
                 continue
             steps.append(Step(ctx.name, list(op.inputs), list(op.outputs), kernel.eval, [ni], dtype, kernel))
+        self.memory_bytes = folded_bytes + scratch_bytes
         self.steps = self.interp._partition(self, steps)
         self._plan()
         self.prepared = True
@@ -188,6 +229,10 @@ class SubgraphRunner:
             bufs.append(planner.Buffer(i, size, first, last))
         self.buffers = bufs
         self.offsets, self.arena_bytes = planner.plan(bufs)
+        variables = sum(_nbytes(t, _checked_shape(t, self.shapes[i]))
+                        for i, t in enumerate(g.tensors) if t.is_variable)
+        self.memory_bytes += self.arena_bytes + variables
+        self.interp._memory.check(self, self.memory_bytes, "the activation arena")
         self.arena = np.zeros(self.arena_bytes + planner.ALIGNMENT, np.uint8)
         base = (-self.arena.ctypes.data) % planner.ALIGNMENT
         for b in bufs:
@@ -221,7 +266,6 @@ class SubgraphRunner:
             if profile:
                 key = f"{st.name}"
                 self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
-            EXECUTED.add((st.name, st.dtype))
 
 
 def _details(model: Model, sg, runner: SubgraphRunner | None, idx: int, name: str | None = None) -> dict:
@@ -254,13 +298,19 @@ class Interpreter:
         experimental_preserve_all_tensors: keep every intermediate readable after ``invoke``.
         preserve_inputs: keep input tensors intact through ``invoke`` (LiteRT's behaviour). False
             lets activations reuse input memory, as TFLM does: the smaller arena MCU targets get.
+        memory_budget: most bytes the prepared model may hold (arena, variables, folded constants,
+            kernel working memory), checked before allocating; bytes or "512M" / "2G". Default:
+            ``EDGERUN_MEMORY_BUDGET``, else half the available memory (see ``runtime.budget``).
+        work_budget: most subgraph runs control flow (IF / WHILE, nesting included) may start per
+            call from the main graph. Default: ``EDGERUN_WORK_BUDGET``, else 1,000,000.
     """
 
     def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
                  experimental_delegates=None, num_threads: int | None = None,
                  experimental_op_resolver_type=None, experimental_preserve_all_tensors: bool = False,
                  *, delegates=None, custom_ops: dict | None = None, model: Model | None = None,
-                 preserve_inputs: bool = True):
+                 preserve_inputs: bool = True, memory_budget: int | str | None = None,
+                 work_budget: int | str | None = None):
         if model is not None:
             self._model = model
         elif model_content is not None:
@@ -276,9 +326,13 @@ class Interpreter:
         self._delegates = self._resolve_delegates(list(delegates or []) + list(experimental_delegates or []))
         self._profiling = False
         self._runners: dict[int, SubgraphRunner] = {}
+        self._memory = budget.MemoryBudget(memory_budget, self._runners)
+        self._work = budget.WorkBudget(work_budget)
         #: resource variables (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE), shared by all
         #: subgraphs and kept across invokes: (container, shared_name) -> array
         self.resources: dict[tuple[str, str], np.ndarray] = {}
+        #: VAR_HANDLE's handles: a handle is an index into this list of (container, shared_name)
+        self.resource_keys: list[tuple[str, str]] = []
         #: init subgraphs CALL_ONCE has already run
         self.called_once: set[int] = set()
         self._active_subgraphs: set[int] = {0}
@@ -297,9 +351,10 @@ class Interpreter:
         if not self._delegates:
             return steps
         from edgerun.runtime.partition import apply_delegates
-        new_steps, parts = apply_delegates(self, runner, steps, self._delegates)
+        new_steps, report = apply_delegates(runner, steps, self._delegates)
+        runner.report = report
         if runner.index == 0:
-            self.partitions = parts
+            self.partitions = report.partitions
         return new_steps
 
     # -- LiteRT API ------------------------------------------------------------------------
@@ -316,6 +371,7 @@ class Interpreter:
         return r
 
     def _prepare(self, index: int) -> SubgraphRunner:
+        self._runners.pop(index, None)  # its memory no longer counts against the budget
         r = SubgraphRunner(self, index)
         r.prepare(self._input_shapes.get(index, {}))
         self._runners[index] = r
@@ -405,6 +461,9 @@ class Interpreter:
         if index in self._active_subgraphs or len(self._active_subgraphs) >= MAX_CALL_DEPTH:
             raise ModelFormatError(f"subgraph {index} is called recursively (call chain "
                                    f"{sorted(self._active_subgraphs)}); TFLite models cannot recurse")
+        if len(self._active_subgraphs) == 1:  # a call from the main graph: a fresh work budget
+            self._work.reset()
+        self._work.spend(index)
         self._active_subgraphs.add(index)
         try:
             r = self._runners.get(index) or self._prepare(index)
@@ -452,6 +511,40 @@ class Interpreter:
     def arena_bytes(self) -> int:
         """Bytes of the activation arena planned by ``allocate_tensors``."""
         return self._runner(0).arena_bytes
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes the prepared subgraphs hold, as counted against ``memory_budget``."""
+        return sum(r.memory_bytes for r in self._runners.values())
+
+    @property
+    def memory_budget(self) -> int:
+        return self._memory.limit
+
+    @property
+    def work_budget(self) -> int:
+        return self._work.limit
+
+    def steps(self, subgraph_index: int = 0) -> list[Step]:
+        """The prepared execution steps of a subgraph, in order (after ``allocate_tensors``): one
+        per node edgerun runs, one per delegate partition. A copy of the list; the steps are the
+        interpreter's own (read them, do not change them)."""
+        return list(self._runner(subgraph_index).steps)
+
+    def folded_nodes(self, subgraph_index: int = 0) -> list[tuple[str, str]]:
+        """(op, dtype) of the nodes ``allocate_tensors`` evaluated once as constants."""
+        return list(self._runner(subgraph_index).folded)
+
+    def delegation_report(self):
+        """Who runs each node of the main graph: a :class:`edgerun.runtime.partition.DelegationReport`
+        (delegates asked, one row per node with the delegate that took it or each one's reason,
+        MACs, and the partitions)."""
+        from edgerun.runtime.partition import DelegationReport, node_report
+
+        r = self._runner(0)
+        if r.report is None:  # no delegates: everything runs on edgerun's kernels
+            r.report = DelegationReport([], node_report(r, []), [])
+        return r.report
 
     def predict(self, *inputs, **named) -> list[np.ndarray] | dict[str, np.ndarray]:
         """Convenience: set inputs (positional or by name), invoke, return outputs."""

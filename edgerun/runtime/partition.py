@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgerun.delegate import Delegate, Partition, Support, node_context, node_dtype, node_macs
-from edgerun.errors import EdgerunError
+from edgerun.delegate import Delegate, Partition, Support, coverage_figures, node_context
+from edgerun.errors import EdgerunError, UnsupportedOpError
+from edgerun.ops.registry import node_dtype, node_macs
+from edgerun.runtime.steps import Step
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,7 +234,35 @@ def plan(model, graph_index: int, nodes: list[int], delegates: list[Delegate], *
     return Plan(partitions, decisions, list(nodes), claimed)
 
 
+@dataclass
+class DelegationReport:
+    """Who runs each node of a prepared subgraph (``Interpreter.delegation_report()``).
+
+    delegates: the delegates asked, in priority order.
+    nodes: one JSON-ready row per node run at invoke (nodes folded in ``allocate_tensors`` are not
+        counted): ``{"node", "op", "dtype", "delegate", "partition", "reasons", "macs"}``, where
+        ``delegate``/``partition`` say who took it (None: edgerun's kernels) and ``reasons`` maps
+        each delegate that refused it to why.
+    partitions: the partitions formed, in order.
+    """
+
+    delegates: list[str]
+    nodes: list[dict]
+    partitions: list[Partition]
+
+    def figures(self) -> dict:
+        """Share of nodes and MACs delegated (``edgerun.delegate.coverage_figures``)."""
+        return coverage_figures(self.nodes)
+
+    def row(self, node: int) -> dict:
+        for r in self.nodes:
+            if r["node"] == node:
+                return r
+        raise KeyError(node)
+
+
 def node_rows(model, graph, nodes: list[int], p: Plan | None, ctxs: dict) -> list[dict]:
+    """One JSON-ready row per node (see :class:`DelegationReport`)."""
     rows = []
     for n in nodes:
         ctx = ctxs[n]
@@ -246,10 +276,11 @@ def node_rows(model, graph, nodes: list[int], p: Plan | None, ctxs: dict) -> lis
     return rows
 
 
-def node_report(runner, delegates: list[Delegate], p: Plan | None = None) -> dict:
+def node_report(runner, delegates: list[Delegate], p: Plan | None = None) -> list[dict]:
+    """The rows of a prepared subgraph runner's nodes (all on edgerun's kernels unless ``p``)."""
     nodes = p.order if p is not None else [n for s in runner.steps for n in s.nodes]
     ctxs = {n: node_context(runner.model, runner.graph, n, runner.shapes, runner.known) for n in nodes}
-    return {"delegates": [d.name for d in delegates], "nodes": node_rows(runner.model, runner.graph, nodes, p, ctxs)}
+    return node_rows(runner.model, runner.graph, nodes, p, ctxs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,38 +377,36 @@ def _toposort(units: list[tuple[list[int], list[int], list[int], object]], order
     return out
 
 
-def apply_delegates(interp, runner, steps: list, delegates: list[Delegate]):
-    """Replace runs of claimed nodes by one step per partition; returns (steps, partitions).
+def apply_delegates(runner, steps: list[Step], delegates: list[Delegate]) -> tuple[list[Step], DelegationReport]:
+    """Replace runs of claimed nodes by one step per partition; returns (steps, report).
 
-    Steps whose node has no edgerun kernel (``step.kernel is None``) must be claimed by a
-    delegate, else their UnsupportedOpError is raised here.
+    ``runner`` is the subgraph being prepared (its model, graph, index, shapes and known values
+    are read). Steps whose node has no edgerun kernel (``step.kernel is None``) must be claimed
+    by a delegate, else their UnsupportedOpError is raised here.
     """
-    from edgerun.runtime.interpreter import Step
-
     model, graph = runner.model, runner.graph
-    by_node = {s.nodes[0]: s for s in steps}
-    nodes = [s.nodes[0] for s in steps]
-    ctxs = {}
-    for s in steps:
-        k = s.kernel
-        ctx = getattr(k, "ctx", None) if k is not None else None
-        ctxs[s.nodes[0]] = ctx if ctx is not None else node_context(model, graph, s.nodes[0],
-                                                                     runner.shapes, runner.known)
+    by_node = {s.node: s for s in steps}
+    nodes = [s.node for s in steps]
+    ctxs = {s.node: s.kernel.ctx if s.kernel is not None else
+            node_context(model, graph, s.node, runner.shapes, runner.known) for s in steps}
     p = plan(model, runner.index, nodes, delegates, shapes=runner.shapes, known=runner.known,
              contexts=ctxs)
     for s in steps:
-        if s.kernel is None and s.nodes[0] not in p.claimed:
-            err = getattr(s, "error", None)
+        if s.kernel is None and s.node not in p.claimed:
+            err = s.error
             if err is not None:
-                tried = ", ".join(f"{k}: {v.reason}" for k, v in p.decisions[s.nodes[0]].items())
+                tried = ", ".join(f"{k}: {v.reason}" for k, v in p.decisions[s.node].items())
                 if tried:
-                    err.args = (f"{err.args[0]} (delegates refused it: {tried})",)
+                    detail = f"{err.detail}; " if err.detail else ""
+                    err = UnsupportedOpError(err.op, err.dtype, node_index=err.node_index,
+                                             candidates=err.candidates,
+                                             detail=f"{detail}delegates refused it: {tried}")
                 raise err
-            raise EdgerunError(f"node {s.nodes[0]} ({s.name}) has no kernel and no delegate took it")
-    runner.delegate_report = {"delegates": [d.name for d in delegates],
-                              "nodes": node_rows(model, graph, nodes, p, ctxs)}
+            raise EdgerunError(f"node {s.node} ({s.name}) has no kernel and no delegate took it")
+    report = DelegationReport([d.name for d in delegates], node_rows(model, graph, nodes, p, ctxs),
+                              list(p.partitions))
     if not p.partitions:
-        return steps, []
+        return steps, report
     by_name = {d.name: d for d in delegates}
     pos = {n: i for i, n in enumerate(nodes)}
     units = []
@@ -389,11 +418,10 @@ def apply_delegates(interp, runner, steps: list, delegates: list[Delegate]):
             raise d.unavailable(avail.reason)
         kernel = d.prepare(part)
         step = Step(f"{d.name}:{part.index}", list(part.inputs), list(part.outputs),
-                    partition_fn(kernel, part), list(part.nodes), "delegate", kernel)
-        step.partition = part
+                    partition_fn(kernel, part), list(part.nodes), "delegate", kernel, partition=part)
         units.append((part.nodes, part.inputs, part.outputs, step))
     for n in nodes:
         if n not in claimed_nodes:
             s = by_node[n]
             units.append(([n], [i for i in s.inputs if i >= 0], s.outputs, s))
-    return _toposort(units, pos), p.partitions
+    return _toposort(units, pos), report

@@ -7,11 +7,15 @@ does, so kernels and TFLM can read weights in place. Buffer 0 stays the empty se
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import flatbuffers
 import numpy as np
 
-from edgerun.ir import Model, QuantParams, Sparsity, Tensor
 from edgerun.schema import tflite
+
+if TYPE_CHECKING:  # annotations only: edgerun.ir imports this module to serialize itself
+    from edgerun.ir import Model, QuantParams, Sparsity, Tensor
 
 _PREPEND = {"b": "PrependInt8Slot", "B": "PrependUint8Slot", "?": "PrependBoolSlot",
             "i": "PrependInt32Slot", "I": "PrependUint32Slot", "q": "PrependInt64Slot",
