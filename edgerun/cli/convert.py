@@ -13,6 +13,10 @@ from edgerun.cli._util import (CHANNEL_ORDER_OPT, MEAN_OPT, SCALE_OPT, SIZE_OPT,
 from edgerun.errors import CHECK_FAILED
 
 
+def _is_html(path: Path | None) -> bool:
+    return path is not None and path.suffix.lower() in (".html", ".htm")
+
+
 # fmt: off
 def convert_cli(
     model: Path = typer.Argument(..., help="An .onnx model or a float .tflite model."),
@@ -34,7 +38,8 @@ def convert_cli(
     target: str = typer.Option(None, "--target", help="Deployment target (coral, mcu, rpi, ...): targets that "
                                "need full int8 make float fallback an error."),
     per_layer: bool = typer.Option(False, "--per-layer", help="Add each layer's SQNR to the report."),
-    report: Path = typer.Option(None, "--report", help="Also write the report as JSON to this file."),
+    report: Path = typer.Option(None, "--report", help="Also write the report to this file: JSON, or for a "
+                                ".html name a self-contained page with the per-layer SQNR plot."),
     size: str = SIZE_OPT,
     mean: str = MEAN_OPT,
     std: str = STD_OPT,
@@ -63,10 +68,14 @@ def convert_cli(
     with progress("calibrating", enabled=bars) as cb, progress("evaluating", enabled=bars) as ecb:
         rep = convert(model, output, calib=calib, calib_method=calib_method, io_type=io_type,
                       float_only=float_only, input_shape=input_shape, input_layout=input_layout,
-                      per_layer=per_layer, max_drop=max_drop, target=target, preprocessing=pre,
+                      per_layer=per_layer or _is_html(report), max_drop=max_drop, target=target, preprocessing=pre,
                       progress=cb, eval_progress=ecb, use_cache=not no_cache)
     d = rep.to_dict()
-    if report is not None:
+    if report is not None and _is_html(report):
+        from edgerun.bench.report import write_convert_report
+
+        write_convert_report(_jsonable(d), report)
+    elif report is not None:
         report.write_text(json.dumps(_jsonable(d), indent=2) + "\n")
     if json_out:
         emit_json(_jsonable(d))
