@@ -703,7 +703,7 @@ def densify(values: np.ndarray, shape: tuple[int, ...], sparsity) -> np.ndarray:
             seg = np.asarray(meta.array_segments, np.int64)
             ind = np.asarray(meta.array_indices, np.int64)
             lo, hi = seg[prev], seg[prev + 1]
-            counts = hi - lo
+            counts = (hi - lo).astype(np.intp)  # np.repeat takes intp counts: int64 fails on 32-bit
             cols = [np.repeat(c, counts) for c in cols]
             starts = np.repeat(lo - np.cumsum(counts) + counts, counts)
             prev = starts + np.arange(int(counts.sum()), dtype=np.int64)
