@@ -219,6 +219,41 @@ def test_requantizer_bounded_float32_accumulators(bias_mag, per_channel):
     assert np.array_equal(got.astype(np.int64), want)
 
 
+@pytest.mark.parametrize("acc_mag,left_max", [(1 << 18, 3), (1 << 22, 6), (1 << 22, 12)])
+def test_requantizer_left_shift_folds_into_multiplier(acc_mag, left_max):
+    """Channels with a left shift (multiplier > 1): while |acc + bias| << left stays inside int32 the
+    shift is folded into the multiplier (the bounded float32 path); beyond it, the wrapping int64
+    path. Both match the reference, wrap-around included."""
+    rng = np.random.default_rng(acc_mag + left_max)
+    c = 16
+    m = rng.integers(1 << 30, (1 << 31) - 1, c)
+    sh = rng.integers(-9, left_max + 1, c)
+    sh[:2] = [left_max, -3]
+    acc = rng.integers(-acc_mag, acc_mag, (1, 20, 20, c)).astype(np.float32)  # 6400 >= 4096 values
+    acc.flat[:3] = [-acc_mag, acc_mag - 1, 0]
+    bias = rng.integers(-1000, 1000, c).astype(np.int64)
+    rq = Requantizer(m, sh, -7, -128, 127)
+    rq.acc_bound = float(acc_mag)
+    got = rq(acc, bias)
+    want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + bias, m, sh) - 7, -128, 127)
+    assert np.array_equal(got.astype(np.int64), want)
+    assert len(np.unique(got)) > 2
+
+
+def test_conv_int8_channel_multiplier_above_one():
+    """A per-channel filter scale that makes s_x * s_w / s_y > 1 for one channel (a left shift)
+    on an output large enough for the bounded float32 requantization."""
+    spec = conv_spec((1, 24, 24, 8), 16, 1, 1, seed=5)
+    spec.wf[3] *= 40.0  # channel 3's filter scale grows 40x
+    w_scales = np.abs(spec.wf).reshape(16, -1).max(axis=1) / 127
+    s_y = 0.03 * float(np.median(w_scales)) * 4  # ratio ~0.25 for most channels, ~10 for channel 3
+    assert 0.03 * w_scales[3] / s_y > 2
+    model = spec.build("int8", x_q=(np.float32(0.03), -3), out_q=(np.float32(s_y), 0))
+    x = np.random.default_rng(5).integers(-128, 128, (1, 24, 24, 8)).astype(np.int8)
+    got = compare_with_litert(model, [x])[0]
+    assert len(np.unique(got)) > 20
+
+
 # --- table kernels: every (alpha, x) pair of the PRELU table, every code of the unary tables ----
 
 def test_prelu_int8_table_covers_every_alpha_and_input_pair():

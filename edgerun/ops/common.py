@@ -198,10 +198,18 @@ class Requantizer:
             return np.tile(a, reps) if isinstance(a, np.ndarray) and a.size > 1 else a
 
         bias32 = None
-        if (bias is not None and self.acc_bound is not None and self.sign_first and self.left is None
-                and self.acc_bound + float(np.abs(bias).max(initial=0)) < FLOAT32_EXACT):
+        bound = None
+        if self.acc_bound is not None:
+            bound = self.acc_bound + (float(np.abs(bias).max(initial=0)) if bias is not None else 0.0)
+        m, left = self.m, self.left
+        if left is not None and bound is not None and bound * float(1 << int(left.max())) < 2.0 ** 31:
+            # x << left never leaves int32 (no wrap-around): fold the left shift into the multiplier,
+            # x * (m << left) < 2^31 * 2^31 stays inside int64
+            m, left = m << left, None
+        if (bias is not None and bound is not None and self.sign_first and left is None
+                and bound < FLOAT32_EXACT):
             bias32 = t(bias).astype(np.float32)
-        consts = (t(self.m), t(self.left) if self.left is not None else None, t(self.add_plain_30),
+        consts = (t(m), t(left) if left is not None else None, t(self.add_plain_30),
                   t(self.add_zp_30), t(self.neg), t(self.total), t(bias) if bias is not None else None, bias32)
         if len(self._tiles) > 64:
             self._tiles.clear()
