@@ -241,3 +241,22 @@ def tcp_firmware(tmp: Path) -> tuple[Firmware, str]:
     port = free_port()
     fw = Firmware(Path(tmp) / "flash.bin", tcp=port).start()
     return fw, f"socket://127.0.0.1:{port}"
+
+
+def raw_flash(link, model: bytes) -> tuple[int, int]:
+    """BEGIN / DATA / END / COMMIT straight over ``link``, with no host-side check in between, so
+    a test reaches the firmware's own COMMIT-time validation. Returns (active slot, arena bytes);
+    a refusal raises the firmware's DeviceError."""
+    import hashlib
+
+    from edgerun.deploy import protocol as P
+
+    digest = hashlib.sha256(model).digest()
+    reply = link.request(P.CMD_BEGIN, P.BEGIN.pack(len(model), digest, P.SLOT_NONE))
+    slot, _resumed, _, received = P.BEGIN_REPLY.unpack_from(reply)
+    step = max(64, link.max_payload - P.DATA_HEADER_SIZE)
+    for off in range(received, len(model), step):
+        link.request(P.CMD_DATA, P.DATA_HEADER.pack(off) + model[off:off + step])
+    link.request(P.CMD_END, digest)
+    reply = link.request(P.CMD_COMMIT, P.COMMIT.pack(slot, digest))
+    return P.ACTIVE_REPLY.unpack_from(reply)

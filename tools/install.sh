@@ -3,7 +3,7 @@
 # OpenSSH), then the package itself with every extra. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEB_PACKAGES="build-essential gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm openssh-server openssh-client rsync chromium"
+DEB_PACKAGES="build-essential gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm openssh-server openssh-client rsync chromium clang libclang-rt-14-dev"
 if command -v apt-get >/dev/null 2>&1; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

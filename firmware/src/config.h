@@ -19,6 +19,14 @@
 #ifndef ER_MAX_OPS
 #define ER_MAX_OPS 192
 #endif
+/* the most elements one tensor may have (each dimension too): all index arithmetic in the
+ * kernels then fits in 32 bits */
+#define ER_MAX_ELEMENTS (1u << 26)
+/* the most multiply-accumulates (or element visits) a whole model may take per inference; a
+ * model above it is refused at COMMIT (no hostile model can hang the board in INVOKE) */
+#ifndef ER_MAX_WORK
+#define ER_MAX_WORK ((uint64_t)1 << 36)
+#endif
 /* flash layout: two meta sectors, then slot 0 and slot 1 */
 #define ER_META_OFFSET(i) ((uint32_t)(i) * ER_FLASH_SECTOR)
 #define ER_SLOT_OFFSET(i) (2u * ER_FLASH_SECTOR + (uint32_t)(i) * ER_SLOT_BYTES)

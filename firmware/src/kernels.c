@@ -179,7 +179,9 @@ static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
     int32_t units = f->dims[0], depth = f->dims[1];
     if (depth <= 0 || in->count % (uint32_t)depth) FAIL("input size %u is not a multiple of %d", (unsigned)in->count, (int)depth);
     uint32_t batches = in->count / (uint32_t)depth;
-    if (out->count != batches * (uint32_t)units) FAIL("output has %u elements, expected %u", (unsigned)out->count, (unsigned)(batches * units));
+    uint64_t want = (uint64_t)batches * (uint64_t)(uint32_t)units; /* 2^21 x 2048 wraps in 32 bits */
+    if (units <= 0 || (uint64_t)out->count != want)
+        FAIL("output has %u elements, expected %llu", (unsigned)out->count, (unsigned long long)want);
     if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)units)) FAIL("bias must be int32[%d]", (int)units);
     if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
     if (f->scales.n > 1) {
@@ -256,9 +258,9 @@ static int prep_mean(er_model *m, er_node *n, char *err, size_t errlen) {
         if (a < 0 || a >= in->ndim) FAIL("axis %d out of range", (int)a);
         red |= 1u << a;
     }
-    uint32_t expect = 1;
-    for (int i = 0; i < in->ndim; i++) if (!(red & (1u << i))) expect *= (uint32_t)in->dims[i];
-    if (out->count != expect) FAIL("output has %u elements, expected %u", (unsigned)out->count, (unsigned)expect);
+    uint64_t expect = 1;
+    for (int i = 0; i < in->ndim; i++) if (!(red & (1u << i))) expect *= (uint64_t)in->dims[i];
+    if ((uint64_t)out->count != expect) FAIL("output has %u elements, expected %llu", (unsigned)out->count, (unsigned long long)expect);
     n->axis = (int32_t)red;
     if (out->count > 4096) UNSUP("MEAN with more than 4096 outputs");
     /* LiteRT 2.x reference (QuantizedMeanOrSum in integers): the multiplier of s_in/s_out
@@ -366,7 +368,7 @@ static int prep_pad(er_model *m, er_node *n, char *err, size_t errlen) {
         FAIL("paddings must be a constant int32 [%d, 2]", (int)in->ndim);
     for (int d = 0; d < in->ndim; d++) {
         int32_t lo = ld_i32(p->cdata + 8 * d), hi = ld_i32(p->cdata + 8 * d + 4);
-        if (lo < 0 || hi < 0 || in->dims[d] + lo + hi != out->dims[d]) FAIL("paddings do not match the output shape");
+        if (lo < 0 || hi < 0 || (int64_t)in->dims[d] + lo + hi != out->dims[d]) FAIL("paddings do not match the output shape");
     }
     n->act_min = out->zp; /* the pad value (reuses act_min) */
     if (n->op == 60 && tin(m, n, 2)) { /* PADV2 constant */
@@ -399,6 +401,26 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
                      "MAX_POOL_2D, MEAN, MUL, PAD, PADV2, QUANTIZE, RELU, RELU6, RESHAPE, SOFTMAX, SQUEEZE, EXPAND_DIMS",
                      er_op_name(n->op), (unsigned)n->op);
             return ER_ERR_UNSUPPORTED_OP;
+    }
+}
+
+/* Work of one prepared node per inference (multiply-accumulates or element visits), for the
+ * model's work budget (ER_MAX_WORK). 64-bit: each factor is at most 2^26. */
+uint64_t er_kernel_work(er_model *m, er_node *n) {
+    uint64_t w = tout(m, n)->count;
+    for (int k = 0; k < n->n_in; k++)
+        if (tin(m, n, k)) w += tin(m, n, k)->count;
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
+    switch (n->op) {
+        case 3: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2] * (uint64_t)in->dims[3];
+        case 4: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2];
+        case 9: return w + (uint64_t)out->count * (uint64_t)f->dims[1];
+        case 1: case 17: {
+            uint64_t fh = (uint64_t)(n->filter_h < in->dims[1] ? n->filter_h : in->dims[1]);
+            uint64_t fw = (uint64_t)(n->filter_w < in->dims[2] ? n->filter_w : in->dims[2]);
+            return w + (uint64_t)out->count * fh * fw;
+        }
+        default: return w;
     }
 }
 
@@ -544,9 +566,9 @@ static void eval_binary(er_model *m, er_node *n) {
         if (n->op == 0) {
             const int32_t s1 = er_mbqm(va * (1 << n->left_shift), n->mult1, n->shift1);
             const int32_t s2 = er_mbqm(vb * (1 << n->left_shift), n->mult2, n->shift2);
-            r = er_mbqm(s1 + s2, n->mult, n->shift) + zo;
+            r = wadd(er_mbqm(wadd(s1, s2), n->mult, n->shift), zo);
         } else {
-            r = er_mbqm(va * vb, n->mult, n->shift) + zo;
+            r = wadd(er_mbqm(va * vb, n->mult, n->shift), zo);
         }
         y[o] = (int8_t)clampi(r, n->act_min, n->act_max);
         for (int i = nd - 1; i >= 0; i--) {
@@ -621,7 +643,7 @@ static void eval_quantize(er_model *m, er_node *n) {
             const int32_t q = wadd(f2i(roundf(v / out->scale)), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
         } else {
-            const int32_t q = er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift) + out->zp;
+            const int32_t q = wadd(er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
         }
     }
@@ -664,7 +686,7 @@ static void eval_relu(er_model *m, er_node *n) {
     const int8_t *x = i8in(m, n, 0);
     int8_t *y = i8out(m, n);
     for (uint32_t i = 0; i < in->count; i++) {
-        int32_t v = out->zp + er_mbqm((int32_t)x[i] - in->zp, n->mult, n->shift);
+        int32_t v = wadd(out->zp, er_mbqm((int32_t)x[i] - in->zp, n->mult, n->shift));
         y[i] = (int8_t)clampi(v, n->act_min, n->act_max);
     }
 }

@@ -62,25 +62,29 @@ static int read_tensor(er_model *m, const fb_vec *buffers, fb_table *t, er_tenso
         return ER_ERR_MODEL_INVALID;
     }
     out->ndim = (uint8_t)shape.n;
-    uint64_t count = 1;
+    /* Element count in checked 64-bit arithmetic: every partial product stays at or below
+     * ER_MAX_ELEMENTS (so a shape like [2^24, 2^24, 2^24, 1] cannot wrap to a small count), and
+     * a zero dimension ends the product at 0 without hiding how large the others are. */
+    uint64_t count = 1, nonzero = 1;
     for (uint32_t i = 0; i < shape.n; i++) {
         int32_t d = fb_vec_i32(&m->fb, &shape, i);
         if (d == -1) d = 1;
-        if (d < 0 || d > (1 << 24)) {
+        if (d < 0 || (uint32_t)d > ER_MAX_ELEMENTS) {
             snprintf(err, errlen, "tensor %u has dimension %d", (unsigned)idx, (int)d);
             return ER_ERR_MODEL_INVALID;
         }
         out->dims[i] = d;
+        if (d && nonzero > ER_MAX_ELEMENTS / (uint64_t)d) {
+            snprintf(err, errlen, "tensor %u has more than %u elements", (unsigned)idx, (unsigned)ER_MAX_ELEMENTS);
+            return ER_ERR_MODEL_INVALID;
+        }
+        if (d) nonzero *= (uint64_t)d;
         count *= (uint64_t)d;
     }
     out->type = (uint8_t)fb_u8(t, 1, 0);
     uint32_t es = type_size(out->type);
-    if (count > (1u << 26)) {
-        snprintf(err, errlen, "tensor %u has %llu elements", (unsigned)idx, (unsigned long long)count);
-        return ER_ERR_MODEL_INVALID;
-    }
-    out->count = (uint32_t)count;
-    out->bytes = (uint32_t)count * es;
+    out->count = (uint32_t)count;            /* <= ER_MAX_ELEMENTS = 2^26 */
+    out->bytes = (uint32_t)(count * es);     /* <= 2^29 */
     uint32_t buf = fb_u32(t, 2, 0);
     const uint8_t *data;
     uint32_t size;
@@ -314,12 +318,19 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
         }
         if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator options", &m->fb);
     }
-    /* every non-constant tensor an op reads must be written earlier or be a graph input */
+    /* every non-constant tensor an op reads must be written earlier or be a graph input; a
+     * tensor an op or the graph uses must have a known element size and no zero dimension (the
+     * kernels then index within [0, count) with every partial product <= count <= 2^26) */
     for (uint32_t i = 0; i < m->n_tensors; i++) {
         er_tensor *tt = &m->tensors[i];
         if (tt->used && !tt->is_const && tt->first == 0x7FFFFFFF) tt->first = 0;
+        if (tt->used && (tt->count == 0 || type_size(tt->type) == 0)) {
+            snprintf(err, errlen, "tensor %u is empty or of an unsupported type (%u)", (unsigned)i, (unsigned)tt->type);
+            return ER_ERR_MODEL_INVALID;
+        }
     }
     er_pool_reset();
+    uint64_t work = 0;
     for (uint32_t i = 0; i < ops.n; i++) {
         int rc = er_kernel_prepare(m, &m->nodes[i], err, errlen);
         if (rc != ER_OK) {
@@ -328,6 +339,12 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
             snprintf(err, errlen, "op %u (%s): %s", (unsigned)i, er_op_name(m->nodes[i].op), tmp);
             return rc;
         }
+        work += er_kernel_work(m, &m->nodes[i]); /* each node <= 2^47 (filters live in a slot <= 2^24): no wrap */
+    }
+    if (work > ER_MAX_WORK) {
+        snprintf(err, errlen, "model needs %llu operations per inference (limit %llu)", (unsigned long long)work,
+                 (unsigned long long)ER_MAX_WORK);
+        return ER_ERR_MODEL_INVALID;
     }
     int rc = plan_arena(m, err, errlen);
     if (rc != ER_OK) return rc;

@@ -64,6 +64,7 @@ extern uint8_t er_arena[ER_ARENA_BYTES];
 void er_pool_reset(void);
 int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen);
 int er_kernel_eval(er_model *m, er_node *n);
+uint64_t er_kernel_work(er_model *m, er_node *n);
 int32_t er_mbqm(int32_t x, int32_t mult, int32_t shift);
 void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift);
 #endif
