@@ -186,6 +186,7 @@ class SubgraphRunner:
         self.memory_bytes = folded_bytes + scratch_bytes
         self.steps = self.interp._partition(self, steps)
         self._plan()
+        self._compile()
         self.prepared = True
 
     def _check_topology(self) -> None:
@@ -245,27 +246,60 @@ class SubgraphRunner:
         for i, v in self.known.items():
             self.values[i] = v
 
+    def _compile(self) -> None:
+        """Build the invoke plan: per step its callable, its input list and its output buffers.
+
+        Arena views, constants and inputs do not move after ``_plan``, so the input list of a
+        step is built here once; only tensors rebound at run time (variables, tensors without an
+        arena buffer) are looked up per invoke. Kernels that can write their result straight into
+        the arena get their output views (``bind_outputs``) and return them, which skips the copy.
+        """
+        vals, tensors = self.values, self.graph.tensors
+        rebound = {i for i, t in enumerate(tensors) if t.is_variable or vals[i] is None}
+        plan = []
+        for st in self.steps:
+            fixed = not any(i in rebound for i in st.inputs if i >= 0)
+            ins = [vals[i] if i >= 0 else None for i in st.inputs] if fixed else None
+            dsts = [None if o in rebound else vals[o] for o in st.outputs]
+            bind = getattr(st.kernel, "bind_outputs", None)
+            if bind is not None and all(d is not None for d in dsts):
+                bind(dsts)
+            plan.append((st.fn, ins, st.inputs, tuple(zip(st.outputs, dsts)), st))
+        self.plan = plan
+
     # -- execution -------------------------------------------------------------------------
     def run(self) -> None:
+        if self.interp._profiling:
+            return self._run_profiled()
         vals = self.values
-        profile = self.interp._profiling
-        for st in self.steps:
-            t0 = time.perf_counter() if profile else 0.0
-            outs = st.fn([vals[i] if i >= 0 else None for i in st.inputs])
-            for o, arr in zip(st.outputs, outs):
-                dst = vals[o]
-                if dst is None or self.graph.tensors[o].is_variable:
+        for fn, ins, in_idx, outs, st in self.plan:
+            res = fn(ins if ins is not None else [vals[i] if i >= 0 else None for i in in_idx])
+            for (o, dst), arr in zip(outs, res):
+                if dst is None:
                     vals[o] = np.asarray(arr)
-                elif dst.shape == np.shape(arr):
-                    if dst is not arr:
-                        np.copyto(dst, arr, casting="unsafe")
-                else:
-                    raise EdgerunError(f"{st.name} produced tensor {o} with shape {list(np.shape(arr))}, "
-                                       f"but allocate_tensors planned {list(dst.shape)} (data-dependent "
-                                       "shapes are not supported)")
-            if profile:
-                key = f"{st.name}"
-                self.profile[key] = self.profile.get(key, 0.0) + time.perf_counter() - t0
+                elif arr is not dst:
+                    self._store(st, o, dst, arr)
+
+    def _store(self, st, o: int, dst: np.ndarray, arr) -> None:
+        if type(arr) is not np.ndarray:
+            arr = np.asarray(arr)
+        if arr.shape != dst.shape:
+            raise EdgerunError(f"{st.name} produced tensor {o} with shape {list(arr.shape)}, "
+                               f"but allocate_tensors planned {list(dst.shape)} (data-dependent "
+                               "shapes are not supported)")
+        np.copyto(dst, arr, casting="unsafe")
+
+    def _run_profiled(self) -> None:
+        vals, prof, clock = self.values, self.profile, time.perf_counter
+        for fn, ins, in_idx, outs, st in self.plan:
+            t0 = clock()
+            res = fn(ins if ins is not None else [vals[i] if i >= 0 else None for i in in_idx])
+            for (o, dst), arr in zip(outs, res):
+                if dst is None:
+                    vals[o] = np.asarray(arr)
+                elif arr is not dst:
+                    self._store(st, o, dst, arr)
+            prof[st.name] = prof.get(st.name, 0.0) + clock() - t0
 
 
 def _details(model: Model, sg, runner: SubgraphRunner | None, idx: int, name: str | None = None) -> dict:
@@ -302,7 +336,7 @@ class Interpreter:
             kernel working memory), checked before allocating; bytes or "512M" / "2G". Default:
             ``EDGERUN_MEMORY_BUDGET``, else half the available memory (see ``runtime.budget``).
         work_budget: most subgraph runs control flow (IF / WHILE, nesting included) may start per
-            call from the main graph. Default: ``EDGERUN_WORK_BUDGET``, else 1,000,000.
+            invoke. Default: ``EDGERUN_WORK_BUDGET``, else 1,000,000.
     """
 
     def __init__(self, model_path: str | Path | None = None, model_content: bytes | None = None,
@@ -417,6 +451,7 @@ class Interpreter:
         np.copyto(dst, arr)
 
     def invoke(self) -> None:
+        self._work.reset()  # the control-flow work budget is per invoke
         self._runner(0).run()
 
     def get_tensor(self, tensor_index: int, subgraph_index: int = 0) -> np.ndarray:
@@ -461,8 +496,6 @@ class Interpreter:
         if index in self._active_subgraphs or len(self._active_subgraphs) >= MAX_CALL_DEPTH:
             raise ModelFormatError(f"subgraph {index} is called recursively (call chain "
                                    f"{sorted(self._active_subgraphs)}); TFLite models cannot recurse")
-        if len(self._active_subgraphs) == 1:  # a call from the main graph: a fresh work budget
-            self._work.reset()
         self._work.spend(index)
         self._active_subgraphs.add(index)
         try:
@@ -609,5 +642,6 @@ class SignatureRunner:
         for k, v in inputs.items():
             arr = self._interp._check_value(r, names[k], v)
             np.copyto(r.values[names[k]], arr)
+        self._interp._work.reset()
         r.run()
         return {n: np.array(r.values[i], copy=True) for n, i in self._sd.outputs}
