@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from edgerun.errors import EdgerunError
+from edgerun.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -77,13 +77,33 @@ class Target:
         return f"{self.name}:{self.board.name}" if self.board else self.name
 
 
+#: other names a user may give for a target
+ALIASES: dict[str, str] = {"edgetpu": "coral"}
+
+
+def _target_of_board(b: Board) -> str:
+    if b.kind == "mcu":
+        return "mcu"
+    if b.delegates[:1] == ("edgetpu",):
+        return "coral"
+    if b.delegates[:1] == ("tensorrt",):
+        return "jetson"
+    return "rpi"
+
+
 def parse_target(spec: str) -> Target:
-    """``rpi`` | ``coral`` | ``jetson`` | ``mcu[:BOARD]`` | any ``target:BOARD`` -> Target."""
+    """``rpi`` | ``coral`` | ``jetson`` | ``mcu[:BOARD]`` | any ``target:BOARD`` | a board name -> Target.
+
+    An unknown target or board is a usage error (exit code 2), the same in every command.
+    """
     name, _, board = (spec or "").partition(":")
     name = name.strip().lower()
+    name = ALIASES.get(name, name)
+    if name not in TARGETS and not board and name in BOARDS:  # a bare board name: nrf52840, rpi5
+        name, board = _target_of_board(BOARDS[name]), name
     if name not in TARGETS:
-        raise EdgerunError(f"unknown target {spec!r}; choose one of {', '.join(sorted(TARGETS))} "
-                           "(optionally target:BOARD)")
+        raise UsageError(f"unknown target {spec!r}; choose one of {', '.join(sorted(TARGETS))} "
+                         "(optionally target:BOARD, or a board name)")
     board = board.strip() or TARGETS[name]
     if not board:
         return Target(name, None)
@@ -91,7 +111,7 @@ def parse_target(spec: str) -> Target:
     if b is None:
         kind = "mcu" if name == "mcu" else "linux"
         choices = sorted(k for k, v in BOARDS.items() if v.kind == kind)
-        raise EdgerunError(f"unknown board {board!r} for target {name}; known: {', '.join(choices)}")
+        raise UsageError(f"unknown board {board!r} for target {name}; known: {', '.join(choices)}")
     if (name == "mcu") != (b.kind == "mcu"):
-        raise EdgerunError(f"board {board!r} is a {b.kind} board, not a {name} target")
+        raise UsageError(f"board {board!r} is a {b.kind} board, not a {name} target")
     return Target(name, b)

@@ -1,10 +1,20 @@
-"""Golden vectors: inputs and the outputs edgerun's interpreter computes for them on the host.
+"""Golden vectors: inputs and the outputs each kernel path computes for them on the host.
 
-A device that runs the same inputs through whatever delegates it has and gets the same outputs
-(bit-exact on the interpreter, within a stated tolerance on a delegate) proves it computes what
-the host computed. The arrays are stored raw, little-endian, C order, one after another in one
-member (``golden.bin``); the manifest lists dtype, shape, offset and size of each, and the
-manifest validator requires the slices to tile the member exactly.
+Per case the bundle records the outputs of the **reference path** (edgerun's kernels, bit-exact
+with LiteRT's reference kernels) in ``golden.bin``, and, under ``golden.paths``, the outputs of
+each **delegated path** the target runs (``xnnpack`` for ``rpi``, ``mcu`` for ``mcu:BOARD``, the
+combination ``edgetpu+xnnpack`` ...) that is available on the packaging host, one member each
+(``golden.<path>.bin``), with the largest difference from the reference MEASURED there and the
+tolerance derived from it (:func:`tolerance_from`). Verifying on a device (:func:`verify`) then
+compares like with like: edgerun's kernels must reproduce the reference outputs bit for bit; a
+delegated path must stay within its recorded tolerance of them. A path the device runs that was
+not measured at package time is reported as such, never passed silently. Bundles written before
+``golden.paths`` existed keep the old rule (tolerance 0 on edgerun's kernels, 1/32 of the
+integer range on a delegate), marked ``legacy`` in the report.
+
+Arrays are stored raw, little-endian, C order, one after another in their member; the manifest
+lists dtype, shape, offset and size of each, and the validator requires the slices to tile each
+member exactly.
 """
 
 from __future__ import annotations
@@ -109,3 +119,253 @@ def hash_inputs(cases) -> str:
         for a in arrs:
             h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# kernel paths (golden.paths)
+# --------------------------------------------------------------------------------------------
+REFERENCE = "reference"
+
+
+def path_member(path: str) -> str:
+    return f"golden.{path.replace('+', '_')}.bin"
+
+
+def tolerance_from(measured: float, dtype) -> float:
+    """The tolerance a delegated path gets from its measured largest difference to the reference.
+
+    0 stays 0 (a bit-exact path must stay bit-exact). Otherwise the measurement plus a margin for
+    the device's CPU rounding differently from the packaging host: a quarter of the measurement,
+    at least one step for integer outputs.
+    """
+    if measured == 0.0:
+        return 0.0
+    dt = np.dtype(dtype)
+    if dt.kind in "iub":
+        return float(measured + max(1.0, np.ceil(measured / 4)))
+    return float(measured * 1.25)
+
+
+def record_paths(run_path, paths: list[tuple[str, list]], ref_cases, outputs: list[dict]) -> tuple[dict, dict]:
+    """Run the golden inputs on each delegated path; ``(manifest entry, members)``.
+
+    run_path(delegates, inputs) -> outputs; ``paths``: [(path name, delegate names)];
+    ``ref_cases``: [(inputs, reference outputs)]. A path that cannot run here is recorded as
+    ``{"measured": null, "reason": ...}``.
+    """
+    from edgerun.errors import EdgerunError
+
+    entry, members = {}, {}
+    for name, delegates in paths:
+        try:
+            got = [run_path(delegates, ins) for ins, _ in ref_cases]
+        except (EdgerunError, OSError, RuntimeError) as e:
+            entry[name] = {"member": None, "outputs": None, "measured": None, "tolerance": None,
+                           "reason": str(e).splitlines()[0][:200] if str(e) else type(e).__name__}
+            continue
+        measured = {io["name"]: 0.0 for io in outputs}
+        for (_, want), outs in zip(ref_cases, got):
+            for io, w, g in zip(outputs, want, outs):
+                d = max_abs_diff(w, g)
+                if not np.isfinite(d):
+                    raise BundleError(f"golden path {name}: output {io['name']!r} has another shape or non-finite "
+                                      "values on this delegate")
+                measured[io["name"]] = max(measured[io["name"]], d)
+        blob, lst = pack([([], outs) for outs in got])
+        members[path_member(name)] = blob
+        entry[name] = {"member": path_member(name), "outputs": [c["outputs"] for c in lst],
+                       "measured": measured,
+                       "tolerance": {io["name"]: tolerance_from(measured[io["name"]], io["dtype"]) for io in outputs},
+                       "reason": None}
+    return entry, members
+
+
+def validate_paths(paths, n_cases: int, outputs: list[dict], member_sizes: dict) -> None:
+    """Manifest check of ``golden.paths`` (structure, tiling of each path's member)."""
+    if not isinstance(paths, dict) or len(paths) > 16:
+        raise BundleError("manifest field golden.paths: expected an object of at most 16 paths")
+    for name, e in paths.items():
+        where = f"golden.paths.{str(name)[:40]}"
+        if not isinstance(name, str) or not name or len(name) > 64 or not all(
+                c.isalnum() or c in "+-_" for c in name):
+            raise BundleError(f"manifest field golden.paths: bad path name {str(name)[:40]!r}")
+        if not isinstance(e, dict) or set(e) != {"member", "outputs", "measured", "tolerance", "reason"}:
+            raise BundleError(f"manifest field {where}: expected member, outputs, measured, tolerance, reason")
+        if e["member"] is None:
+            if e["outputs"] is not None or e["measured"] is not None or e["tolerance"] is not None \
+                    or not isinstance(e["reason"], str):
+                raise BundleError(f"manifest field {where}: an unmeasured path has only a reason")
+            continue
+        if e["member"] != path_member(name) or e["member"] not in member_sizes:
+            raise BundleError(f"manifest field {where}.member: expected {path_member(name)!r}, one of the members")
+        names = [io["name"] for io in outputs]
+        for key in ("measured", "tolerance"):
+            v = e[key]
+            if not isinstance(v, dict) or sorted(v) != sorted(names) or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v.values()):
+                raise BundleError(f"manifest field {where}.{key}: expected a non-negative number per output")
+        if not isinstance(e["outputs"], list) or len(e["outputs"]) != n_cases:
+            raise BundleError(f"manifest field {where}.outputs: expected {n_cases} cases")
+        expect = 0
+        for ci, arrs in enumerate(e["outputs"]):
+            if not isinstance(arrs, list) or len(arrs) != len(outputs):
+                raise BundleError(f"manifest field {where}.outputs[{ci}]: expected {len(outputs)} arrays")
+            for a in arrs:
+                if not isinstance(a, dict) or set(a) != {"dtype", "shape", "offset", "size"} \
+                        or a["offset"] != expect or not isinstance(a["size"], int) or a["size"] < 0:
+                    raise BundleError(f"manifest field {where}.outputs[{ci}]: arrays must tile the member")
+                n = 1
+                for d in a["shape"] if isinstance(a["shape"], list) else [None]:
+                    if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+                        raise BundleError(f"manifest field {where}.outputs[{ci}]: bad shape")
+                    n *= d
+                try:
+                    item = np.dtype(a["dtype"]).itemsize
+                except TypeError:
+                    raise BundleError(f"manifest field {where}.outputs[{ci}]: bad dtype") from None
+                if n * item != a["size"]:
+                    raise BundleError(f"manifest field {where}.outputs[{ci}]: size does not match shape")
+                expect += a["size"]
+        if expect != member_sizes[e["member"]]:
+            raise BundleError(f"golden path {name}: arrays cover {expect} of {member_sizes[e['member']]} bytes")
+
+
+def path_outputs(entry: dict, blob) -> list[list[np.ndarray]]:
+    """A recorded path's outputs per case."""
+    return [outs for _, outs in unpack(blob, [{"inputs": [], "outputs": o} for o in entry["outputs"]])]
+
+
+def legacy_tolerance(dtype, peak: float) -> float:
+    """Bundles without golden.paths: the old constant rule for a delegate (1/32 of the integer
+    range, 1e-4 of the largest magnitude for floats)."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        return float((int(np.iinfo(dt).max) - int(np.iinfo(dt).min) + 1) // 32)
+    return 1e-4 * max(peak, 1.0)
+
+
+def compare(cases, got: list[list[np.ndarray]], outputs: list[dict], tolerance: dict) -> dict:
+    """Largest difference per output between the recorded reference outputs and ``got``."""
+    diffs = {io["name"]: 0.0 for io in outputs}
+    for (_, want), outs in zip(cases, got):
+        for io, w, g in zip(outputs, want, outs):
+            diffs[io["name"]] = max(diffs[io["name"]], max_abs_diff(w, g))
+    ok = bool(cases) and all(diffs[n] <= tolerance[n] for n in diffs)
+    return {"ok": ok, "max_abs_diff": diffs, "tolerance": tolerance}
+
+
+def check_array(io: dict, arr: np.ndarray, what: str) -> None:
+    """A golden input given as an array must be the model input itself (with or without the
+    batch dimension of 1): a wrong-shaped array is refused, not resized as if it were an image."""
+    from edgerun.errors import UsageError
+
+    shape = tuple(io["shape"])
+    a = np.asarray(arr)
+    if a.shape != shape and not (shape[:1] == (1,) and a.shape == shape[1:]):
+        raise UsageError(f"{what}: input {io['name']!r} takes shape {list(shape)}, the array has "
+                         f"{list(a.shape)}")
+
+
+def delegate_paths(names) -> list[tuple[str, list[str]]]:
+    """The delegated paths a target's delegates (priority order) make: all of them together, as a
+    device with every runtime runs them, and each alone (a device that has only that one)."""
+    names = list(names)
+    if not names:
+        return []
+    paths = [("+".join(names), names)]
+    if len(names) > 1:
+        paths += [(n, [n]) for n in names]
+    return paths
+
+
+def path_runner(model: bytes, in_idx: list[int], out_idx: list[int], preserve_inputs: bool = True):
+    """``run(delegates, inputs) -> outputs`` for :func:`record_paths`: one interpreter per path,
+    every delegate of the path required (DelegateUnavailableError names a missing runtime)."""
+    from edgerun.delegate import get_delegate
+    from edgerun.errors import DelegateUnavailableError
+    from edgerun.runtime.interpreter import Interpreter
+
+    cache: dict = {}
+
+    def run(delegates, xs):
+        key = tuple(delegates)
+        if key not in cache:
+            for n in delegates:
+                a = get_delegate(n).is_available()
+                if not a.ok:
+                    raise DelegateUnavailableError(f"{n} not available on the packaging host: {a.reason}")
+            it = Interpreter(model_content=model, delegates=list(delegates), preserve_inputs=preserve_inputs)
+            it.allocate_tensors()
+            used = {p.delegate for p in (it.partitions or [])}
+            if not used:
+                raise DelegateUnavailableError(f"{'+'.join(delegates)} takes no node of this model")
+            cache[key] = it
+        it = cache[key]
+        for i, x in zip(in_idx, xs):
+            it.set_tensor(i, x)
+        it.invoke()
+        return [np.array(it.get_tensor(i)) for i in out_idx]
+
+    return run
+
+
+def verify(bundle_model, tolerance: float | None = None) -> dict:
+    """Run a loaded bundle's golden vectors on every path it runs here and judge them.
+
+    The reference path (edgerun's kernels, no delegate) must match bit for bit. When delegates
+    run, their path must stay within its recorded tolerance of the reference outputs
+    (``tolerance`` overrides it). Returns ``{"ok", "cases", "max_abs_diff", "tolerance",
+    "delegates", "paths": {path: {"ok", "max_abs_diff", "tolerance", "source"}}}``, where the
+    top-level figures are the path the bundle runs on here.
+    """
+    from edgerun.runtime.interpreter import Interpreter
+
+    b = bundle_model.bundle
+    cases = b.golden
+    outputs, ins = bundle_model.outputs, bundle_model.inputs
+    in_idx, out_idx = [io["index"] for io in ins], [io["index"] for io in outputs]
+    recorded = (b.manifest["golden"] or {}).get("paths")
+
+    def run_all(it):
+        got = []
+        for xs, _ in cases:
+            for i, x in zip(in_idx, xs):
+                it.set_tensor(i, x)
+            it.invoke()
+            got.append([np.array(it.get_tensor(i)) for i in out_idx])
+        return got
+
+    paths = {}
+    ref_it = bundle_model.interpreter if not bundle_model.delegates else None
+    if ref_it is None:
+        ref_it = Interpreter(model_content=b.model)
+        ref_it.allocate_tensors()
+    exact = {io["name"]: 0.0 if tolerance is None else float(tolerance) for io in outputs}
+    paths[REFERENCE] = {**compare(cases, run_all(ref_it), outputs, exact), "source": "bit-exact"}
+    top = paths[REFERENCE]
+    if bundle_model.delegates:
+        name = "+".join(bundle_model.delegates)
+        got = run_all(bundle_model.interpreter)
+        if tolerance is not None:
+            tol, source = {io["name"]: float(tolerance) for io in outputs}, "given"
+        elif recorded is None:  # a bundle from before golden.paths: the old constant rule
+            peak = {io["name"]: max([float(np.nanmax(np.abs(w[k].astype(np.float64)))) if w[k].size
+                                     and w[k].dtype.kind == "f" else 0.0 for _, w in cases] or [0.0])
+                    for k, io in enumerate(outputs)}
+            tol, source = {io["name"]: legacy_tolerance(io["dtype"], peak[io["name"]]) for io in outputs}, "legacy"
+        elif recorded.get(name) and recorded[name]["tolerance"] is not None:
+            tol, source = dict(recorded[name]["tolerance"]), "measured at package time"
+        else:
+            why = (recorded.get(name) or {}).get("reason") or "the packaging host could not run it"
+            tol, source = None, f"not measured at package time ({why})"
+        if tol is None:
+            res = compare(cases, got, outputs, {io["name"]: float("inf") for io in outputs})
+            res = {**res, "ok": None, "tolerance": None}
+        else:
+            res = compare(cases, got, outputs, tol)
+        paths[name] = {**res, "source": source}
+        top = paths[name]
+    ok = bool(cases) and paths[REFERENCE]["ok"] and all(p["ok"] is not False for p in paths.values())
+    return {"ok": ok, "cases": len(cases), "max_abs_diff": top["max_abs_diff"],
+            "tolerance": top["tolerance"] if top["tolerance"] is not None else {},
+            "delegates": bundle_model.delegates or ["edgerun"], "paths": paths}

@@ -19,9 +19,10 @@ Schema (format_version 1.x; a reader refuses any other major version)::
     arena_bytes       activation arena planned by edgerun's interpreter
     conversion_report any JSON value or null
     calibration_sha256  hex digest of the calibration data, or null
-    golden            {member, cases: [{inputs: [array], outputs: [array]}]} or null
+    golden            {member, cases: [{inputs: [array], outputs: [array]}], paths} or null
                       array: {dtype, shape, offset, size}, slices of the golden member that
-                      tile it exactly, in order
+                      tile it exactly, in order; paths (1.1): per delegated kernel path
+                      {member, outputs, measured, tolerance, reason} (edgerun.bundle.golden)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from edgerun.bundle.archive import check_name
 from edgerun.errors import BundleError
 
 FORMAT = "edgerun.bundle"
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 MAJOR = 1
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 #: dtypes golden arrays may have (little-endian raw data)
@@ -247,7 +248,8 @@ def validate(m: dict) -> dict:
         _hex(m["calibration_sha256"], "calibration_sha256")
     g = m["golden"]
     if g is not None:
-        _dict(g, "golden", {"member", "cases"})
+        _dict(g, "golden", {"member", "cases", "paths"} if isinstance(g, dict) and "paths" in g
+              else {"member", "cases"})
         if not isinstance(g["member"], str) or g["member"] not in by_name:
             raise _fail("golden.member", "one of members", g["member"])
         expect = 0
@@ -266,4 +268,7 @@ def validate(m: dict) -> dict:
         if expect != by_name[g["member"]]["size"]:
             raise BundleError(f"golden arrays cover {expect} bytes of the {by_name[g['member']]['size']}-byte "
                               f"member {g['member']!r}")
+        if "paths" in g:  # format 1.1: outputs per delegated kernel path (edgerun.bundle.golden)
+            from edgerun.bundle.golden import validate_paths
+            validate_paths(g["paths"], len(g["cases"]), m["outputs"], {n: e["size"] for n, e in by_name.items()})
     return m

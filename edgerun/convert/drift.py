@@ -113,11 +113,20 @@ def _quant_input(detail: dict, x: np.ndarray) -> np.ndarray:
 
 
 class Int8Runner:
-    """The int8 model in LiteRT; float inputs in, dequantized float outputs out."""
+    """The int8 model on a kernel path; float inputs in, dequantized float outputs out.
 
-    def __init__(self, model: bytes, preserve_all: bool = False):
+    kernels: ``"litert"`` (LiteRT's optimized kernels), ``"edgerun"`` (edgerun's own kernels,
+    bit-exact with LiteRT's reference kernels: what edgerun and the firmware compute) or
+    ``"xnnpack"`` (LiteRT with its XNNPACK delegate, as a Raspberry Pi runs it).
+    """
+
+    def __init__(self, model: bytes, preserve_all: bool = False, kernels: str = "litert"):
         from edgerun._litert import make_interpreter
-        self.it = make_interpreter(model, xnnpack=False, preserve_all=preserve_all)
+        if kernels == "edgerun" and not preserve_all:
+            from edgerun.runtime.interpreter import Interpreter
+            self.it = Interpreter(model_content=model)
+        else:
+            self.it = make_interpreter(model, xnnpack=kernels == "xnnpack", preserve_all=preserve_all)
         self.it.allocate_tensors()
         self.ins = self.it.get_input_details()
         self.outs = self.it.get_output_details()
@@ -129,9 +138,11 @@ class Int8Runner:
         return [_dequant(d, self.it.get_tensor(d["index"])) for d in self.outs]
 
 
-def output_drift(reference, int8_model: bytes, source, indices, out_names, progress=None) -> list[OutputDrift]:
-    """Compare ``reference(sample) -> float outputs`` with the int8 model on ``source[indices]``."""
-    run = Int8Runner(int8_model)
+def output_drift(reference, int8_model: bytes, source, indices, out_names, progress=None,
+                 kernels: str = "litert") -> list[OutputDrift]:
+    """Compare ``reference(sample) -> float outputs`` with the int8 model on ``source[indices]``
+    (run on ``kernels``, see :class:`Int8Runner`)."""
+    run = Int8Runner(int8_model, kernels=kernels)
     accs: list[_Acc] | None = None
     shapes = None
     indices = list(indices)
