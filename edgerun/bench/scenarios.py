@@ -18,6 +18,7 @@ time and latency, measured by edgerun with ``time.perf_counter`` around the invo
 from __future__ import annotations
 
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -201,10 +202,10 @@ def parse_summary(text: str) -> dict:
     """``key : value`` lines of mlperf_log_summary.txt (the figures LoadGen publishes)."""
     out = {}
     for line in text.splitlines():
-        if " : " in line and not line.startswith(" *"):
-            k, v = line.split(" : ", 1)
-            k, v = k.strip(), v.strip()
-            if k and k not in out:
+        m = re.match(r"^\s*([A-Za-z0-9][^:]*?)\s*:\s*(\S.*)$", line)
+        if m:
+            k, v = m.group(1), m.group(2).strip()
+            if k not in out:
                 try:
                     out[k] = int(v) if v.lstrip("-").isdigit() else float(v)
                 except ValueError:

@@ -1,0 +1,263 @@
+"""Energy per inference from sysfs power telemetry: powercap (RAPL, with wrap-around) and hwmon
+(energy, power, voltage x current) trees in a temp dir whose counters a thread advances at a known
+rate; EDGERUN_SYSFS_ROOT points discovery at them. Figures must match the rate within 5 %."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from edgerun.bench.power import PowercapSource, discover, hwmon_sources, powercap_sources, select
+from edgerun.bench.sampler import Telemetry, energy_figures
+from edgerun.errors import UsageError
+from edgerun.ir import ModelBuilder
+
+
+def _write(path, value):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{int(value)}\n")
+    os.replace(tmp, path)  # a reader never sees a half-written number
+
+
+class FakeRail:
+    """Advances an energy counter (uJ, wrapping at ``wrap``) and/or writes power (uW) or
+    voltage (mV) x current (mA) files every 2 ms, at ``watts`` (changeable while it runs)."""
+
+    def __init__(self, watts, energy=None, wrap=None, power=None, volts=None, curr=None, mv=5000.0):
+        self.watts, self.energy, self.wrap, self.power = watts, energy, wrap, power
+        self.volts, self.curr, self.mv = volts, curr, mv
+        self.joules = 0.0
+        self.wraps = 0
+        self.stop = threading.Event()
+        self._write_all()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _write_all(self):
+        if self.energy is not None:
+            uj = self.joules * 1e6
+            if self.wrap:
+                self.wraps = int(uj // self.wrap)
+                uj %= self.wrap
+            _write(self.energy, uj)
+        if self.power is not None:
+            _write(self.power, self.watts * 1e6)
+        if self.volts is not None:
+            _write(self.volts, self.mv)
+            _write(self.curr, self.watts * 1e6 / self.mv)  # mA such that mV * mA = uW
+
+    def _run(self):
+        last = time.perf_counter()
+        while not self.stop.is_set():
+            time.sleep(0.002)
+            now = time.perf_counter()
+            self.joules += self.watts * (now - last)
+            last = now
+            self._write_all()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def make_powercap(root, wrap_uj=2_000_000):
+    z = root / "class" / "powercap" / "intel-rapl:0"
+    z.mkdir(parents=True)
+    (z / "name").write_text("package-0\n")
+    (z / "max_energy_range_uj").write_text(f"{wrap_uj}\n")
+    (z / "energy_uj").write_text("0\n")
+    sub = root / "class" / "powercap" / "intel-rapl:0:0"  # core, inside package 0: not counted twice
+    sub.mkdir()
+    (sub / "name").write_text("core\n")
+    (sub / "energy_uj").write_text("123\n")
+    (sub / "max_energy_range_uj").write_text(f"{wrap_uj}\n")
+    return z / "energy_uj"
+
+
+def make_hwmon(root):
+    d = root / "class" / "hwmon" / "hwmon0"
+    d.mkdir(parents=True)
+    (d / "name").write_text("ina3221\n")
+    (d / "in1_label").write_text("VDD_IN\n")
+    (d / "energy1_input").write_text("0\n")
+    (d / "power1_input").write_text("0\n")
+    return d
+
+
+def make_thermal(root, temp_c=45.0):
+    z = root / "class" / "thermal" / "thermal_zone0"
+    z.mkdir(parents=True)
+    (z / "type").write_text("x86_pkg_temp\n")
+    (z / "temp").write_text(f"{int(temp_c * 1000)}\n")
+    (z / "trip_point_0_temp").write_text("80000\n")
+    (z / "trip_point_0_type").write_text("passive\n")
+    f = root / "devices" / "system" / "cpu" / "cpu0" / "cpufreq"
+    f.mkdir(parents=True)
+    (f / "scaling_cur_freq").write_text("2400000\n")
+    return z / "temp", f / "scaling_cur_freq"
+
+
+@pytest.fixture
+def sysroot(tmp_path, monkeypatch):
+    root = tmp_path / "sys"
+    root.mkdir()
+    monkeypatch.setenv("EDGERUN_SYSFS_ROOT", str(root))
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    b = ModelBuilder()
+    x = b.input("x", (1, 64), "int8", (0.1, 0))
+    y = b.tensor("y", (1, 64), "int8", (0.1, 0))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    p = tmp_path_factory.mktemp("m") / "tiny.tflite"
+    p.write_bytes(b.to_bytes())
+    return p
+
+
+def test_powercap_discovery_sums_packages_only(sysroot):
+    make_powercap(sysroot)
+    found = powercap_sources()
+    assert [s.name for s in found] == ["powercap:intel-rapl:0"]
+    assert found[0].kind == "energy"
+
+
+def test_powercap_counter_unrolls_wrap_around(sysroot):
+    f = make_powercap(sysroot, wrap_uj=1000)
+    src = PowercapSource([f.parent])
+    for raw, want in [(100, 100), (900, 900), (50, 1050), (700, 1700), (10, 2010)]:
+        f.write_text(f"{raw}\n")
+        assert src.read() == pytest.approx(want * 1e-6)
+
+
+def test_idle_and_run_power_from_a_wrapping_rapl_counter(sysroot):
+    """3 W idle, then 10 W: wraps every 0.2 s at 10 W (2 J range), about 8 times in this test."""
+    f = make_powercap(sysroot, wrap_uj=2_000_000)
+    with FakeRail(3.0, energy=f, wrap=2_000_000) as rail:
+        (src,) = discover(include_nvml=False)
+        tel = Telemetry(src, interval=0.01).start()
+        time.sleep(0.05)
+        i0 = time.perf_counter()
+        time.sleep(0.6)
+        i1 = time.perf_counter()
+        rail.watts = 10.0
+        time.sleep(0.05)
+        r0 = time.perf_counter()
+        time.sleep(1.0)
+        r1 = time.perf_counter()
+        time.sleep(0.05)
+        tel.stop()
+    assert rail.wraps >= 5
+    idle = tel.window_energy(i0, i1) / (i1 - i0)
+    assert idle == pytest.approx(3.0, rel=0.05)
+    fig = energy_figures(tel, r0, r1, 200, idle, subtract_idle=False)
+    assert fig["source"] == "powercap:intel-rapl:0"
+    assert fig["avg_power_w"] == pytest.approx(10.0, rel=0.05)
+    assert fig["joules_per_inference"] == pytest.approx(10.0 * (r1 - r0) / 200, rel=0.05)
+    assert fig["inferences_per_joule"] == pytest.approx(1 / fig["joules_per_inference"])
+    net = energy_figures(tel, r0, r1, 200, idle, subtract_idle=True)
+    assert net["idle_subtracted"] and net["idle_power_w"] == pytest.approx(3.0, rel=0.05)
+    assert net["joules_per_inference"] == pytest.approx(7.0 * (r1 - r0) / 200, rel=0.05)
+
+
+@pytest.mark.parametrize("what", ["energy", "power", "vi"])
+def test_hwmon_channels(sysroot, what):
+    d = make_hwmon(sysroot)
+    kw = {"energy": {"energy": d / "energy1_input"}, "power": {"power": d / "power1_input"},
+          "vi": {"volts": d / "in1_input", "curr": d / "curr1_input"}}[what]
+    with FakeRail(4.2, **kw):
+        srcs = {s.name: s for s in hwmon_sources()}
+        name = {"energy": "hwmon:ina3221:energy1", "power": "hwmon:ina3221:power1",
+                "vi": "hwmon:ina3221:VDD_IN"}[what]
+        src = srcs[name]
+        tel = Telemetry(src, interval=0.01).start()
+        time.sleep(0.05)
+        t0 = time.perf_counter()
+        time.sleep(0.7)
+        t1 = time.perf_counter()
+        time.sleep(0.05)
+        tel.stop()
+    fig = energy_figures(tel, t0, t1, 50, None, False)
+    assert fig["source"] == name
+    assert fig["avg_power_w"] == pytest.approx(4.2, rel=0.05)
+    assert fig["joules_per_inference"] == pytest.approx(4.2 * (t1 - t0) / 50, rel=0.05)
+
+
+def test_no_source_means_no_figures(sysroot):
+    src, names = select("auto")
+    # NVML may find a real GPU on a GPU machine; the sysfs tree is empty
+    if src is None:
+        assert names == []
+        assert energy_figures(None, 0, 1, 10, None, False)["joules_per_inference"] is None
+    with pytest.raises(UsageError, match="no source matches"):
+        select("powercap:intel-rapl:9")
+
+
+def edgerun(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "edgerun", *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_cli_energy_per_inference_from_powercap(sysroot, tiny_model):
+    f = make_powercap(sysroot, wrap_uj=3_000_000)
+    make_thermal(sysroot, 45.0)
+    env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
+    with FakeRail(7.5, energy=f, wrap=3_000_000) as rail:
+        r = edgerun("bench", tiny_model, "--engines", "edgerun,litert", "-n", "20", "--min-duration", "0.6",
+                    "--idle", "0.4", "--no-loadgen", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert rail.wraps >= 2
+    rep = json.loads(r.stdout)
+    en = rep["energy"]
+    assert en["source"] == "powercap:intel-rapl:0" and not en["user_supplied"]
+    assert en["avg_power_w"] == pytest.approx(7.5, rel=0.05)
+    assert en["idle_power_w"] == pytest.approx(7.5, rel=0.05)
+    for eng in ("edgerun", "litert"):
+        e = rep["engines"][eng]
+        assert e["duration_s"] >= 0.6 and e["inferences"] >= 20
+        assert e["energy"]["joules_per_inference"] == pytest.approx(7.5 * e["duration_s"] / e["inferences"],
+                                                                    rel=0.05)
+        assert e["energy"]["inferences_per_joule"] == pytest.approx(1 / e["energy"]["joules_per_inference"])
+    assert rep["scenario"] == "single-stream"
+    assert set(rep["latency_ms"]) >= {"p50", "p90", "p99"}
+    assert rep["throughput_ips"] > 0
+    assert rep["thermal"]["max_temp_c"] == pytest.approx(45.0)
+    assert rep["thermal"]["throttled"] is False
+    assert rep["energy"]["available_sources"] == ["powercap:intel-rapl:0"]
+    assert len(rep["telemetry"]["power"]["w"]) > 20
+
+
+def test_cli_says_when_there_is_no_power_source(sysroot, tiny_model):
+    env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
+    r = edgerun("bench", tiny_model, "--engines", "edgerun", "-n", "5", "--min-duration", "0",
+                "--no-loadgen", "--power-source", "none", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "no power source found" in r.stdout
+    rj = edgerun("bench", tiny_model, "--engines", "edgerun", "-n", "5", "--min-duration", "0",
+                 "--no-loadgen", "--power-source", "none", "--json", env=env)
+    en = json.loads(rj.stdout)["energy"]
+    assert en["source"] is None and en["joules_per_inference"] is None and en["avg_power_w"] is None
+
+
+def test_cli_user_supplied_power_is_labelled(sysroot, tiny_model):
+    env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
+    r = edgerun("bench", tiny_model, "--engines", "edgerun", "-n", "10", "--min-duration", "0.3",
+                "--no-loadgen", "--power-w", "2.5", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    en = rep["energy"]
+    assert en["source"] == "user-supplied:2.5W" and en["user_supplied"]
+    e = rep["engines"]["edgerun"]
+    assert en["joules_per_inference"] == pytest.approx(2.5 * e["duration_s"] / e["inferences"], rel=0.05)
+    text = edgerun("bench", tiny_model, "--engines", "edgerun", "-n", "10", "--min-duration", "0.1",
+                   "--no-loadgen", "--power-w", "2.5", env=env)
+    assert "USER-SUPPLIED" in text.stdout
