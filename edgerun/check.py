@@ -33,9 +33,13 @@ def model_bytes(path) -> tuple[bytes, str, dict | None]:
     from edgerun.bundle import is_bundle
 
     if is_bundle(p):
+        import inspect
+
         from edgerun.bundle import read_bundle
 
-        b = read_bundle(p)
+        # informational, like `inspect`: an unsigned bundle is described (a signature present is checked)
+        kw = {"allow_unsigned": True} if "allow_unsigned" in inspect.signature(read_bundle).parameters else {}
+        b = read_bundle(p, **kw)
         return b.model, str(path), b.manifest
     try:
         return p.read_bytes(), str(path), None

@@ -20,6 +20,7 @@ Exit codes (the one table; ``edgerun --help``, the README and docs/verdicts.md p
 6     a delegate's runtime is missing (:class:`DelegateUnavailableError`)
 7     a serial or network link to a device failed (:class:`LinkError`)
 8     deploying to a board failed, the previous bundle stays active (:class:`DeployError`)
+70    internal error: a bug in edgerun (the traceback is printed; please report it)
 130   interrupted (Ctrl-C)
 ====  =========================================================================================
 """
@@ -38,8 +39,12 @@ EXIT_CODES: dict[int, str] = {
     6: "delegate runtime missing",
     7: "device link failed",
     8: "deploy failed (the previous bundle stays active)",
+    70: "internal error (a bug in edgerun; the traceback is printed)",
     130: "interrupted",
 }
+
+#: exit code of an unexpected exception (BSD's EX_SOFTWARE), so a crash never reads as a verdict
+INTERNAL_ERROR = 70
 
 #: the code of a check that ran and failed (not an error: the command did its job)
 CHECK_FAILED = 1

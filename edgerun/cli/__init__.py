@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from edgerun.errors import EXIT_CODES, EdgerunError
+from edgerun.errors import EXIT_CODES, INTERNAL_ERROR, EdgerunError
 
 
 def exit_code_epilog() -> str:
@@ -101,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(e, getattr(exc, "ClickException", ())):  # usage errors: one line
                 e.show()
                 return e.exit_code
-        raise
+        # a bug: keep the traceback, but never exit 1 ("the check failed") on one
+        import traceback
+
+        traceback.print_exc()
+        return INTERNAL_ERROR
     # standalone_mode=False: a typer.Exit(code) raised in a command comes back as its code
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 

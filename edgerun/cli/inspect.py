@@ -10,22 +10,17 @@ from edgerun.cli._util import console, emit_json
 
 
 def inspect_cli(
-    path: Path = typer.Argument(..., help="A .tflite model or a .bundle file."),
+    path: Path = typer.Argument(..., help="A .tflite model or a bundle (by content, any name: the deploy "
+                                "`current` link works)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object instead of tables."),
 ):
     """Show a model's op histogram, inputs/outputs with quantization, weight and arena bytes.
 
     Bundles show their manifest, signature state and the model inside.
     """
-    from edgerun.schema import read_model_file
-    from edgerun.summary import describe_model
+    from edgerun.summary import describe_path
 
-    if path.suffix == ".bundle":
-        from edgerun.bundle import describe
-
-        info = describe(path)
-    else:
-        info = describe_model(read_model_file(path))
+    info = describe_path(path)
     if json_out:
         emit_json(info)
         return
