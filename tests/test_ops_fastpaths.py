@@ -268,3 +268,31 @@ def test_unary_int8_tables_every_code(op):
     x = np.arange(256, dtype=np.uint8).view(np.int8).reshape(1, 16, 16)
     for qi, qo in [((0.05, 2), (0.04, -1)), ((0.02, -128), (0.1, 7))]:
         compare_with_litert(single_op(op, x.shape, "int8", qi, qo), [x])
+
+
+# --- bounded scratch: conv and requantization in blocks --------------------------------------
+
+@pytest.mark.parametrize("spec_args", [
+    ((2, 13, 11, 8), 24, 1, 1, (1, 1), Padding.SAME),    # pointwise, batch 2
+    ((1, 17, 15, 5), 12, 3, 3, (2, 2), Padding.SAME),    # strided 3x3 with padding
+    ((2, 9, 10, 3), 7, 3, 2, (1, 1), Padding.VALID),
+])
+def test_conv_int8_blocks_match_litert(monkeypatch, spec_args):
+    """Tiny block budgets force many blocks (and a short last one) through the blocked int8 conv
+    and the blocked requantization; results stay bit-exact."""
+    from edgerun.ops.conv import Conv2D
+
+    monkeypatch.setattr(Conv2D, "COLS_BYTES", 4 * 24 * 7)  # a few output pixels per block
+    monkeypatch.setattr(Requantizer, "BLOCK", 40)
+    shape, oc, kh, kw, stride, pad = spec_args
+    conv_spec(shape, oc, kh, kw, stride=stride, padding=pad, seed=oc).run_int8(seed=oc)
+
+
+@pytest.mark.parametrize("shape,dm,stride", [((2, 30, 20, 12), 1, (1, 1)), ((1, 65, 52, 8), 2, (2, 2))])
+def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride):
+    """Row blocks of a few rows (and a short last one) through the tap loop, batch 2 included."""
+    from edgerun.ops.conv import DepthwiseConv2D
+
+    monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 26 * 16 * 3)  # three output rows per block (or 4 of the first)
+    monkeypatch.setattr(Requantizer, "BLOCK", 100)
+    dw_spec(shape, dm, 3, 3, stride=stride, seed=dm).run_int8(seed=dm)

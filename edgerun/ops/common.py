@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 
+from edgerun._util import round_half_away  # noqa: F401  (kernels import it from here)
 from edgerun.schema.tflite import Activation, Padding
 
 try:  # the clip ufunc itself: one pass, without np.clip's Python-level argument handling
@@ -110,16 +111,6 @@ def exact_int_matmul(a: np.ndarray, b: np.ndarray, chunk: int, out: np.ndarray |
         part = np.matmul(a[..., k0:k0 + chunk], b[..., k0:k0 + chunk, :]).astype(np.float64)
         acc = part if acc is None else np.add(acc, part, out=acc)
     return acc
-
-
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    """C ``round()`` on float64 arrays: nearest integer, ties away from zero (np.rint ties to even)."""
-    r = np.rint(x)
-    t = np.trunc(x)
-    tie = np.abs(x - t) == 0.5
-    if tie.any():
-        r = np.where(tie, t + np.sign(x), r)
-    return r
 
 
 class Requantizer:
@@ -313,10 +304,36 @@ class Requantizer:
         x, shape = self._scaled(acc, with_zp=False)
         return x.reshape(shape).copy()
 
-    def __call__(self, acc: np.ndarray, bias=None) -> np.ndarray:
-        """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias)."""
+    #: accumulators requantized per block of at most this many values: the int64 work arrays
+    #: (scratch) stay near 1 MB whatever the layer size
+    BLOCK = 1 << 16
+
+    def __call__(self, acc: np.ndarray, bias=None, out: np.ndarray | None = None) -> np.ndarray:
+        """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias).
+
+        ``out``: an array of the result's shape and dtype to write into (e.g. the output tensor's
+        arena view); otherwise a new array is returned.
+        """
+        acc = np.asarray(acc)
+        c = acc.shape[-1] if acc.ndim else 0
+        if (acc.size > self.BLOCK and c and acc.flags.c_contiguous and self.m.ndim <= 1
+                and self.m.size in (1, c)
+                and (bias is None or (isinstance(bias, np.ndarray) and bias.ndim == 1 and bias.size == c))):
+            if (out is None or out.shape != acc.shape or out.dtype != self.dtype
+                    or not out.flags.c_contiguous):
+                out = np.empty(acc.shape, self.dtype)
+            a2, o2 = acc.reshape(-1, c), out.reshape(-1, c)
+            rows = max(1, self.BLOCK // c)
+            for r0 in range(0, a2.shape[0], rows):
+                y, shape = self._scaled(a2[r0:r0 + rows], with_zp=True, bias=bias)
+                clip_ufunc(y, self.qmin, self.qmax, out=y)
+                np.copyto(o2[r0:r0 + rows], y.reshape(shape), casting="unsafe")
+            return out
         y, shape = self._scaled(acc, with_zp=True, bias=bias)
         clip_ufunc(y, self.qmin, self.qmax, out=y)
+        if out is not None and out.shape == tuple(shape) and out.dtype == self.dtype:
+            np.copyto(out, y.reshape(shape), casting="unsafe")
+            return out
         return y.astype(self.dtype).reshape(shape)
 
 
@@ -333,14 +350,20 @@ def int8_table(values) -> np.ndarray:
     return np.ascontiguousarray(v.astype(np.int8))
 
 
-class TableEval:
-    """Mixin for kernels whose int8 output is ``table[x]``: one ``np.take``, written straight into
-    the output buffer the interpreter binds (``bind_outputs``) when it has one of that shape."""
+class BoundOutput:
+    """Mixin for kernels that can write their first output in place: the interpreter's invoke
+    plan binds the output tensor's arena view (``bind_outputs``); the kernel writes into
+    ``self._out`` when it is bound and of the right shape, and returns it (no copy)."""
 
     _out: np.ndarray | None = None
 
     def bind_outputs(self, outputs: list) -> None:
         self._out = outputs[0] if outputs and isinstance(outputs[0], np.ndarray) else None
+
+
+class TableEval(BoundOutput):
+    """Mixin for kernels whose int8 output is ``table[x]``: one ``np.take``, written straight into
+    the bound output buffer when there is one of that shape."""
 
     def lookup(self, table: np.ndarray, x: np.ndarray) -> np.ndarray:
         out = self._out

@@ -29,9 +29,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgerun.ops.common import (Requantizer, check_weighted_types, conv_output_size, conv_padding, exact_chunk,
-                                exact_int_matmul, float_activation_range, qparams, quantized_activation_range,
-                                scratch)
+from edgerun.ops.common import (BoundOutput, Requantizer, check_weighted_types, conv_output_size, conv_padding,
+                                exact_chunk, exact_int_matmul, float_activation_range, qparams,
+                                quantized_activation_range, scratch)
 from edgerun.ops.fixedpoint import quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Padding
@@ -142,12 +142,20 @@ class _PaddedInput:
 
 
 @register("CONV_2D", "float32", "int8")
-class Conv2D(Kernel):
+class Conv2D(BoundOutput, Kernel):
     """CONV_2D: im2col (a strided view copied once) times the OHWI filter as a (K, O) matrix.
 
     Grouped convolution (input channels a multiple of the filter's) runs one GEMM per group, as
     TFLite's reference kernel allows.
+
+    int8 (one group) runs in blocks of output rows: the int8 input is padded in int8, each block's
+    im2col columns are copied (and widened to float32) into a scratch buffer of about
+    ``COLS_BYTES``, multiplied, and requantized straight into the output; so the scratch stays
+    bounded whatever the layer size.
     """
+
+    #: bytes of float32 im2col columns, and of float32 accumulators, per block
+    COLS_BYTES = 1 << 20
 
     def prepare(self):
         ctx, opts = self.ctx, self.ctx.options
@@ -175,7 +183,7 @@ class Conv2D(Kernel):
         self._view = (None, None)  # (padded input, its im2col view)
         if self.quantized:
             _, x_zp = qparams(ctx.input(0))
-            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, x_zp)
+            self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.int8, x_zp)
             wint = np.asarray(wdata, np.int64).reshape(o, -1)
             self.bias = _bias(ctx, 2, o, np.int64) - x_zp * wint.sum(axis=1)
             self.chunk = exact_chunk(128, max(1, int(np.abs(wint).max(initial=0))))
@@ -191,14 +199,52 @@ class Conv2D(Kernel):
     def _matmul(self, a, wm, out=None):
         return exact_int_matmul(a, wm, self.chunk, out) if self.quantized else np.matmul(a, wm, out=out)
 
+    def _eval_int8_blocks(self, x):
+        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        n, _, _, o = self.out_shape
+        out = self._out
+        if out is None or out.shape != self.out_shape:
+            out = np.empty(self.out_shape, np.int8)
+        wm = self.wmats[0]
+        k = wm.shape[0]
+        rows = max(1, self.COLS_BYTES // (4 * max(k, o)))  # output pixels per block
+        if self.pointwise:
+            x2, o2 = x.reshape(-1, k), out.reshape(-1, o)
+            for r0 in range(0, x2.shape[0], rows):
+                blk = x2[r0:r0 + rows]
+                cols = scratch("conv.cols", blk.shape, np.float32)
+                np.copyto(cols, blk, casting="unsafe")
+                acc = exact_int_matmul(cols, wm, self.chunk, scratch("conv.acc", (blk.shape[0], o), np.float32))
+                self.requant(acc, self.bias, out=o2[r0:r0 + rows])
+            return [out]
+        xp = self.pad(x)
+        if self._view[0] is xp:  # a small input's padded buffer is the same array every time
+            view = self._view[1]
+        else:
+            view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+            if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+                self._view = (xp, view)
+        bh = max(1, rows // ow)  # output rows per block
+        for b in range(n):
+            for y0 in range(0, oh, bh):
+                v = view[b, y0:y0 + bh]
+                cols = scratch("conv.cols", v.shape, np.float32)
+                np.copyto(cols, v, casting="unsafe")
+                m = v.shape[0] * ow
+                acc = exact_int_matmul(cols.reshape(m, k), wm, self.chunk, scratch("conv.acc", (m, o), np.float32))
+                self.requant(acc, self.bias, out=out[b, y0:y0 + bh].reshape(m, o))
+        return [out]
+
     def eval(self, inputs):
         x = inputs[0]
+        if self.quantized and self.groups == 1:
+            return self._eval_int8_blocks(x)
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
         xp = self.pad(x)
         m = n * oh * ow
         if self.pointwise:
-            cols = xp.reshape(m, -1)
+            cols = xp.reshape(m, -1).astype(np.float32, copy=False)
         else:
             if self._view[0] is xp:  # a small input's padded buffer is the same array every time
                 view = self._view[1]
@@ -227,7 +273,7 @@ class Conv2D(Kernel):
 
 
 @register("DEPTHWISE_CONV_2D", "float32", "int8")
-class DepthwiseConv2D(Kernel):
+class DepthwiseConv2D(BoundOutput, Kernel):
     """DEPTHWISE_CONV_2D: a sum over the KH*KW filter taps of shifted input slices times per-channel weights.
 
     The depth multiplier is taken from the shapes (filter channels / input channels), as TFLite's
@@ -235,8 +281,12 @@ class DepthwiseConv2D(Kernel):
     reads its own column. With strides the padded input is split once into stride phases, so
     every tap reads whole contiguous rows of ``OW * C`` values (long numpy inner loops) against a
     weight row tiled ``OW`` times. float32 sums the taps in the reference's order (ky, kx), then
-    adds the bias.
+    adds the bias. int8 sums and requantizes in blocks of output rows (accumulators of about
+    ``ACC_BYTES``), straight into the output.
     """
+
+    #: bytes of the float accumulator (and of its product temporary) per block of output rows
+    ACC_BYTES = 1 << 20
 
     def prepare(self):
         ctx, opts = self.ctx, self.ctx.options
@@ -329,9 +379,31 @@ class DepthwiseConv2D(Kernel):
             planes[(py, px)] = scratch(f"dw.phase{py}.{px}", shape, self.dtype)
             np.copyto(planes[(py, px)], xp[:, py::sh, px::sw, :])
         n, oh, ow, oc = self.out_shape
+        if self.quantized:
+            out = self._out
+            if out is None or out.shape != self.out_shape:
+                out = np.empty(self.out_shape, np.int8)
+            bh = max(1, self.ACC_BYTES // (np.dtype(self.acc_dtype).itemsize * ow * oc))  # rows per block
+            for b in range(n):
+                for y0 in range(0, oh, bh):
+                    rows = min(bh, oh - y0)
+                    shape = (rows, ow, oc)
+                    acc = scratch("dw.acc", shape, self.acc_dtype)
+                    tmp = scratch("dw.tmp", shape, self.acc_dtype)
+                    for i, (phase, ty, tx, wt) in enumerate(self.taps):
+                        src = planes[phase] if planes else xp
+                        # (rows, OW, C) slice: each row's OW*C values are contiguous, one inner loop
+                        xs = src[b, y0 + ty:y0 + ty + rows, tx:tx + ow, :]
+                        if i == 0:
+                            np.multiply(xs, wt.reshape(ow, oc), out=acc)
+                        else:
+                            np.multiply(xs, wt.reshape(ow, oc), out=tmp)
+                            acc += tmp
+                    self.requant(acc, self.bias, out=out[b, y0:y0 + rows])
+            return [out]
         shape = (n, oh, ow * oc)
-        # float32 output: the sum is returned, so it gets its own array; int8: a temporary
-        acc = scratch("dw.acc", shape, self.acc_dtype) if self.quantized else np.empty(shape, self.acc_dtype)
+        # float32 output: the sum is returned, so it gets its own array
+        acc = np.empty(shape, self.acc_dtype)
         tmp = scratch("dw.tmp", shape, self.acc_dtype)
         for i, (phase, y0, x0, wt) in enumerate(self.taps):
             src = planes[phase] if planes else xp
@@ -342,8 +414,6 @@ class DepthwiseConv2D(Kernel):
                 np.multiply(xs, wt, out=tmp)
                 acc += tmp
         flat = acc.reshape(self.out_shape)
-        if self.quantized:
-            return [self.requant(flat, self.bias)]
         flat += self.bias
         np.clip(flat, self.lo, self.hi, out=flat)
         return [flat]
