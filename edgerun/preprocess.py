@@ -33,9 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+from edgerun._util import round_half_away
 from edgerun.errors import InputMismatchError
 
 METADATA_NAME = "edgerun.preprocessing"
+#: largest image (width x height) decoded; Pillow's own bomb check allows up to 2 x 89 M pixels
+MAX_IMAGE_PIXELS = 64 * 1024 * 1024
 KEYS = {"size", "scale", "mean", "std", "channel_order", "layout", "resize"}
 LAYOUTS = ("NHWC", "NCHW")
 CHANNEL_ORDERS = ("RGB", "BGR", "L")
@@ -44,7 +47,10 @@ CHANNEL_ORDERS = ("RGB", "BGR", "L")
 def validate_spec(spec) -> dict:
     """Check a preprocessing spec and return it normalised (plain JSON types). Raises ValueError."""
     if isinstance(spec, (str, bytes)):
-        spec = json.loads(spec)
+        try:
+            spec = json.loads(spec)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InputMismatchError(f"preprocessing spec is not valid JSON: {e}") from None
     if not isinstance(spec, dict):
         raise InputMismatchError(f"a preprocessing spec is a JSON object, not {type(spec).__name__}")
     unknown = set(spec) - KEYS
@@ -93,6 +99,17 @@ def _finite(v, what: str) -> float:
     return float(v)
 
 
+def spec_from_option(text: str) -> dict:
+    """A spec from a command-line option: inline JSON, or the path of a ``.json`` file."""
+    if text.strip().endswith(".json") and not text.lstrip().startswith("{"):
+        try:
+            text = Path(text).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputMismatchError(f"cannot read preprocessing file {text!r}: {getattr(e, 'strerror', None) or e}") \
+                from None
+    return validate_spec(text)
+
+
 def spec_from_metadata(metadata: dict[str, bytes]) -> dict | None:
     """The spec stored under ``edgerun.preprocessing`` in a model's metadata, or None."""
     raw = metadata.get(METADATA_NAME)
@@ -118,7 +135,9 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
     if isinstance(src, (str, Path)):
         p = Path(src)
         if p.suffix.lower() == ".npy":
-            arr = np.load(p, allow_pickle=False)
+            from edgerun.inputs import load_npy
+
+            arr = load_npy(p)
         else:
             try:
                 from PIL import Image
@@ -127,14 +146,25 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
                                          "(or pass a numpy array)") from None
             try:
                 with Image.open(p) as im:
+                    if im.width * im.height > MAX_IMAGE_PIXELS:
+                        raise InputMismatchError(f"image {str(p)!r} is {im.width}x{im.height} pixels, over the "
+                                                 f"{MAX_IMAGE_PIXELS}-pixel limit (edgerun.preprocess.MAX_IMAGE_PIXELS)")
                     im.load()
                     return decode_image(im, channels)
-            except OSError as e:
-                raise InputMismatchError(f"cannot read image {str(p)!r}: {e}") from None
+            except InputMismatchError:
+                raise
+            except MemoryError:
+                raise InputMismatchError(f"image {str(p)!r} is too large to decode") from None
+            except Exception as e:  # Pillow raises many types on hostile files (OSError, ValueError,
+                # SyntaxError, DecompressionBombError, struct.error, ...): all mean "not a readable image"
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise InputMismatchError(f"cannot read image {str(p)!r}: {why}") from None
     elif hasattr(src, "mode") and hasattr(src, "convert") and hasattr(src, "size"):  # PIL image
         arr = np.asarray(src.convert("L" if channels == 1 else "RGB"))
     else:
         arr = np.asarray(src)
+    if arr.dtype.kind not in "biuf":
+        raise InputMismatchError(f"image data must be numbers (bool, int, uint, float), not {arr.dtype}")
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
     if arr.ndim == 2:
@@ -181,10 +211,6 @@ def resize(img: np.ndarray, height: int, width: int, method: str = "bilinear") -
     return (top * (1 - fy) + bot * fy).astype(np.float32)
 
 
-def round_half_away(x: np.ndarray) -> np.ndarray:
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
 def quantize(x: np.ndarray, dtype, scale: float | None = None, zero_point: int = 0) -> np.ndarray:
     """Float array to ``dtype``: affine quantization when ``scale`` is given, else rounding."""
     dt = np.dtype(dtype)
@@ -221,6 +247,9 @@ def preprocess_image(image, spec: dict | None, *, shape, dtype="float32", scale:
     if "std" in spec:
         x = x / _per_channel(spec["std"], c, "std")
     x = x.astype(np.float32)[None]
+    if not np.isfinite(x).all():
+        raise InputMismatchError("image data holds NaN or infinite values after preprocessing; refusing to "
+                                 "quantize them")
     if layout == "NCHW":
         x = x.transpose(0, 3, 1, 2)
     return quantize(np.ascontiguousarray(x), dtype, scale, zero_point)
@@ -232,14 +261,22 @@ def _per_channel(vals, c: int, what: str) -> np.ndarray:
     return np.asarray(vals, np.float32)
 
 
-def _parse_list(v) -> list[float] | None:
+def _parse_list(v, what: str = "value") -> list[float] | None:
     if v is None:
         return None
-    if isinstance(v, str):
-        return [float(x) for x in v.replace(" ", "").split(",") if x]
-    if isinstance(v, (int, float)):
-        return [float(v)]
-    return [float(x) for x in v]
+    try:
+        if isinstance(v, str):
+            vals = [float(x) for x in v.replace(" ", "").split(",") if x]
+        elif isinstance(v, (int, float)):
+            vals = [float(v)]
+        else:
+            vals = [float(x) for x in v]
+    except (TypeError, ValueError):
+        raise InputMismatchError(f"{what} {v!r}: give numbers separated by commas, e.g. 127.5 or "
+                                 "123.7,116.3,103.5") from None
+    if not vals or not all(math.isfinite(x) for x in vals):
+        raise InputMismatchError(f"{what} {v!r}: give finite numbers separated by commas")
+    return vals
 
 
 def spec_from_options(size=None, mean=None, std=None, scale=None, layout=None, channel_order=None,
@@ -249,16 +286,16 @@ def spec_from_options(size=None, mean=None, std=None, scale=None, layout=None, c
     if size is not None:
         if isinstance(size, str):
             parts = size.lower().replace(",", "x").split("x")
-            if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
                 raise InputMismatchError(f"image size {size!r}: write HxW, e.g. 224x224")
             size = [int(p) for p in parts]
         spec["size"] = [int(size[0]), int(size[1])]
     if mean is not None:
-        spec["mean"] = _parse_list(mean)
+        spec["mean"] = _parse_list(mean, "mean")
     if std is not None:
-        spec["std"] = _parse_list(std)
+        spec["std"] = _parse_list(std, "std")
     if scale is not None:
-        spec["scale"] = float(scale)
+        spec["scale"] = _parse_list(scale, "scale")[0]
     if layout is not None:
         spec["layout"] = layout
     if channel_order is not None:

@@ -44,7 +44,7 @@ def test_keygen_package_verify_inspect(capsys, workdir):
     assert oct(os.stat(workdir / "k.key").st_mode & 0o777) == "0o600" and (workdir / "k.pub").exists()
     assert len(info["fingerprint"]) == 16
     code, _, err = run(capsys, "keygen", "-o", workdir / "k")
-    assert code == 1 and "exists" in err
+    assert code == 2 and "exists" in err  # a usage problem (exit 1 means "a check failed")
 
     code, out, _ = run(capsys, "package", workdir / "m.tflite", "-o", workdir / "m.bundle", "--target", "coral",
                        "--labels", workdir / "labels.txt", "--sign", workdir / "k.key", "--json")
@@ -66,22 +66,22 @@ def test_keygen_package_verify_inspect(capsys, workdir):
     code, out, _ = run(capsys, "inspect", workdir / "m.bundle", "--json")
     assert code == 0 and json.loads(out)["labels"]["count"] == 2
 
-    # any change to the file: exit 1, one line on stderr (or a JSON error object with --json)
+    # any change to the file: exit 5 (bundle error), one line on stderr (or a JSON error object with --json)
     bad = workdir / "bad.bundle"
     data = bytearray(first)
     data[len(data) // 2] ^= 0x10
     bad.write_bytes(bytes(data))
     code, out, err = run(capsys, "verify", bad)
-    assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+    assert code == 5 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
     code, out, _ = run(capsys, "verify", bad, "--json")
-    assert code == 1 and json.loads(out)["error"] == "BundleIntegrityError"
+    assert code == 5 and json.loads(out)["error"] == "BundleIntegrityError"
     bad.write_bytes(first + b"\0")
     code, _, err = run(capsys, "verify", bad)
-    assert code == 1 and "trailing" in err
+    assert code == 5 and "trailing" in err
     # a key that did not sign it
     run(capsys, "keygen", "-o", workdir / "other")
     code, _, err = run(capsys, "verify", workdir / "m.bundle", "--key", workdir / "other.pub")
-    assert code == 1 and "not by the trusted key" in err
+    assert code == 5 and "not by the trusted key" in err
 
 
 def test_package_options(capsys, workdir):
@@ -95,21 +95,35 @@ def test_package_options(capsys, workdir):
     assert code == 0, err
     from edgerun.bundle import read_bundle
 
-    b = read_bundle(workdir / "m.bundle")  # default output name
+    b = read_bundle(workdir / "m.bundle", allow_unsigned=True)  # default output name
     assert b.manifest["conversion_report"] == {"sqnr_db": 30.1}
     assert b.manifest["calibration_sha256"] is not None
     assert len(b.golden) == 1 and int(b.golden[0][0][0].max()) == 7
     code, _, err = run(capsys, "package", workdir / "m.tflite", "--target", "toaster")
-    assert code == 1 and "unknown target" in err
+    assert code == 2 and "unknown target" in err  # usage error
 
 
 def test_run_bundle_verify_subprocess(workdir):
     """`edgerun run BUNDLE --verify` from the shell (run.py calls edgerun.load().verify())."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("EDGERUN_TRUSTED_KEY", None)
     cmd = [sys.executable, "-m", "edgerun"]
+    p = subprocess.run(cmd + ["package", str(workdir / "m.tflite"), "-o", str(workdir / "u.bundle")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run(cmd + ["run", str(workdir / "u.bundle"), "--verify"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert p.returncode == 5 and "not signed" in p.stderr and "Traceback" not in p.stderr  # unsigned: refused
+    # a signing key configured in the environment signs by default
+    from edgerun.bundle import signing
+
+    priv, _ = signing.generate_keypair()
+    (workdir / "cfg.key").write_bytes(priv)
+    env["EDGERUN_SIGNING_KEY"] = str(workdir / "cfg.key")
     p = subprocess.run(cmd + ["package", str(workdir / "m.tflite"), "-o", str(workdir / "m.bundle"), "--json"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["signed"] is True
     p = subprocess.run(cmd + ["run", str(workdir / "m.bundle"), "--verify", "--json"], capture_output=True, check=False,
                        text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -117,4 +131,4 @@ def test_run_bundle_verify_subprocess(workdir):
     assert rep["verified"] is True and rep["verify"]["max_abs_diff"] == {"y": 0.0}
     p = subprocess.run(cmd + ["verify", str(workdir / "nope.bundle")], capture_output=True, text=True, env=env,
                        timeout=120)
-    assert p.returncode == 1 and p.stderr.startswith("error: cannot open bundle")
+    assert p.returncode == 5 and p.stderr.startswith("error: cannot open bundle")  # bundle error

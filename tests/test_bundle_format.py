@@ -91,7 +91,7 @@ def test_manifest_contents(tmp_path):
         np.save(calib / f"{i}.npy", np.full((2, 2), i, np.float32))
     p = write_bundle(model, tmp_path / "m.bundle", target="jetson", labels=["cat", "dog"],
                      report={"per_output": {"scores": {"sqnr_db": float("nan")}}}, calib_hash=hash_calibration(calib))
-    b = read_bundle(p)
+    b = read_bundle(p, allow_unsigned=True)
     m = b.manifest
     assert m["format"] == "edgerun.bundle" and m["format_version"].startswith("1.")
     assert m["model"]["sha256"] == hashlib.sha256(model).hexdigest() and b.model == model
@@ -124,16 +124,16 @@ def test_manifest_contents(tmp_path):
 def test_extract_writes_only_members(tmp_path, keys):
     p = write_bundle(relu_model(), tmp_path / "m.bundle", sign_key=keys / "k.key")
     out = tmp_path / "x"
-    read_bundle(p, extract_to=out)
+    read_bundle(p, extract_to=out, allow_unsigned=True)
     assert sorted(os.listdir(out)) == ["golden.bin", "manifest.json", "model.tflite", "signature.ed25519"]
     assert (out / "model.tflite").read_bytes() == relu_model()
     with pytest.raises(BundleError, match="cannot extract"):  # never overwrites
-        read_bundle(p, extract_to=out)
+        read_bundle(p, extract_to=out, allow_unsigned=True)
     out2 = tmp_path / "y"
     out2.mkdir()
     (out2 / "model.tflite").symlink_to(tmp_path / "victim")
     with pytest.raises(BundleError):
-        read_bundle(p, extract_to=out2)
+        read_bundle(p, extract_to=out2, allow_unsigned=True)
     assert not (tmp_path / "victim").exists()
 
 
@@ -148,8 +148,8 @@ def test_signatures(tmp_path, keys, monkeypatch):
         read_bundle(unsigned, trusted_key=keys / "k.pub")
     monkeypatch.setenv("EDGERUN_TRUSTED_KEY", str(keys / "k.pub"))
     with pytest.raises(BundleIntegrityError, match="not signed"):
-        read_bundle(unsigned)
-    assert read_bundle(p).signed
+        read_bundle(unsigned, allow_unsigned=True)
+    assert read_bundle(p, allow_unsigned=True).signed
     monkeypatch.delenv("EDGERUN_TRUSTED_KEY")
     # the public key in any accepted spelling
     raw = signing.public_key_bytes(keys / "k.pub")
@@ -158,7 +158,7 @@ def test_signatures(tmp_path, keys, monkeypatch):
     # stripping the signature: no longer signed, refused under a trusted key
     members = raw_unpack(p.read_bytes())
     stripped = raw_pack([m for m in members if m[0] != SIGNATURE])
-    assert not read_bundle(stripped).signed
+    assert not read_bundle(stripped, allow_unsigned=True).signed
     with pytest.raises(BundleIntegrityError):
         read_bundle(stripped, trusted_key=keys / "k.pub")
     # a signature by another key grafted on: refused even without a trusted key
@@ -166,13 +166,13 @@ def test_signatures(tmp_path, keys, monkeypatch):
     other_sig = dict(raw_unpack(other.read_bytes()))[SIGNATURE]
     grafted = raw_pack([m for m in members if m[0] != SIGNATURE] + [(SIGNATURE, other_sig)])
     with pytest.raises(BundleIntegrityError, match="bad signature"):
-        read_bundle(grafted)
+        read_bundle(grafted, allow_unsigned=True)
     # a re-signed manifest with the attacker's own key fails the trusted-key check
     man = dict(members)["manifest.json"]
     seed = signing.private_key_bytes(keys / "other.key")
     forged = raw_pack([m for m in members if m[0] != SIGNATURE] +
                       [(SIGNATURE, signing.public_from_private(seed) + signing.sign(seed, signing.SIGNATURE_CONTEXT + man))])
-    assert read_bundle(forged).signed
+    assert read_bundle(forged, allow_unsigned=True).signed
     with pytest.raises(BundleIntegrityError):
         read_bundle(forged, trusted_key=keys / "k.pub")
 
@@ -208,12 +208,12 @@ def test_tamper_every_byte(tmp_path, keys):
     """Flipping any single bit of any byte of a signed bundle is refused."""
     p = write_bundle(relu_model(), tmp_path / "t.bundle", sign_key=keys / "k.key", labels=["a"])
     data = p.read_bytes()
-    assert read_bundle(data).signed
+    assert read_bundle(data, allow_unsigned=True).signed
     for i in range(len(data)):
         bad = bytearray(data)
         bad[i] ^= 1 << (i % 8)
         with pytest.raises(BundleError):
-            read_bundle(bytes(bad))
+            read_bundle(bytes(bad), allow_unsigned=True)
 
 
 def test_tamper_unsigned_every_byte(tmp_path):
@@ -222,7 +222,7 @@ def test_tamper_unsigned_every_byte(tmp_path):
         bad = bytearray(data)
         bad[i] ^= 0x80 >> (i % 8)
         with pytest.raises(BundleError):
-            read_bundle(bytes(bad))
+            read_bundle(bytes(bad), allow_unsigned=True)
 
 
 def test_no_unauthenticated_slack(tmp_path, keys):
@@ -231,28 +231,28 @@ def test_no_unauthenticated_slack(tmp_path, keys):
     members = raw_unpack(data)
     for extra in (b"\0", b"\0" * 7, b"PK\x05\x06" + b"\0" * 18, data[-16:]):
         with pytest.raises(BundleError, match="trailing|unexpected bytes"):
-            read_bundle(data + extra)
+            read_bundle(data + extra, allow_unsigned=True)
     for cut in (1, 50, len(data) // 2, len(data) - 16):
         with pytest.raises(BundleError):
-            read_bundle(data[:cut])
+            read_bundle(data[:cut], allow_unsigned=True)
     # an extra member, anywhere
     for pos in range(len(members) + 1):
         ms = list(members)
         ms.insert(pos, ("notes.txt", b"hello"))
         with pytest.raises(BundleError):
-            read_bundle(raw_pack(ms))
+            read_bundle(raw_pack(ms), allow_unsigned=True)
     # duplicate members, reordered members, a missing member
     with pytest.raises(BundleError, match="duplicate"):
-        read_bundle(raw_pack(members + [members[1]]))
+        read_bundle(raw_pack(members + [members[1]]), allow_unsigned=True)
     with pytest.raises(BundleError):
-        read_bundle(raw_pack([members[0], members[2], members[1], members[3]]))
+        read_bundle(raw_pack([members[0], members[2], members[1], members[3]]), allow_unsigned=True)
     with pytest.raises(BundleError):
-        read_bundle(raw_pack([m for m in members if m[0] != "golden.bin"]))
+        read_bundle(raw_pack([m for m in members if m[0] != "golden.bin"]), allow_unsigned=True)
     # a re-encoded (whitespace) manifest with consistent hashes
     man = json.loads(dict(members)["manifest.json"])
     spaced = json.dumps(man, sort_keys=True, indent=1).encode()
     with pytest.raises(BundleError, match="canonical"):
-        read_bundle(raw_pack([("manifest.json", spaced)] + members[1:3]))
+        read_bundle(raw_pack([("manifest.json", spaced)] + members[1:3]), allow_unsigned=True)
 
 
 def test_hostile_names_and_sizes(tmp_path):
@@ -260,23 +260,23 @@ def test_hostile_names_and_sizes(tmp_path):
     members = raw_unpack(data)
     for name in ("../evil", "/etc/passwd", "a/b", ".hidden", "UPPER", "x" * 65, "nul\0", "café"):
         with pytest.raises(BundleError):
-            read_bundle(raw_pack(members[:1] + [(name, b"x")] + members[1:]))
+            read_bundle(raw_pack(members[:1] + [(name, b"x")] + members[1:]), allow_unsigned=True)
     # a member that declares more bytes than exist, and one over the size cap
     head = archive.MAGIC + struct.pack("<II", 1, 1)
     entry = struct.pack("<H", 13) + b"manifest.json" + struct.pack("<Q", 2 ** 63) + b"\0" * 32
     with pytest.raises(BundleError, match="over the|declares"):
-        read_bundle(head + entry)
+        read_bundle(head + entry, allow_unsigned=True)
     with pytest.raises(BundleError, match="over the"):
-        read_bundle(data, max_bytes=1000)
+        read_bundle(data, max_bytes=1000, allow_unsigned=True)
     with pytest.raises(BundleError, match="members"):
-        read_bundle(archive.MAGIC + struct.pack("<II", 1, 10 ** 6))
+        read_bundle(archive.MAGIC + struct.pack("<II", 1, 10 ** 6), allow_unsigned=True)
     with pytest.raises(BundleError, match="magic"):
-        read_bundle(b"PK\x03\x04" + data[4:])
+        read_bundle(b"PK\x03\x04" + data[4:], allow_unsigned=True)
     with pytest.raises(BundleError, match="layout"):
-        read_bundle(data[:8] + struct.pack("<I", 2) + data[12:])
+        read_bundle(data[:8] + struct.pack("<I", 2) + data[12:], allow_unsigned=True)
     # a symlink or a directory given as the bundle
     with pytest.raises(BundleError, match="not a regular file"):
-        read_bundle(tmp_path)
+        read_bundle(tmp_path, allow_unsigned=True)
 
 
 def _repack_manifest(data: bytes, edit) -> bytes:
@@ -288,11 +288,11 @@ def _repack_manifest(data: bytes, edit) -> bytes:
 
 def test_manifest_versions_and_fields(tmp_path):
     data = write_bundle(relu_model(), tmp_path / "t.bundle").read_bytes()
-    assert read_bundle(_repack_manifest(data, lambda m: m.update(format_version="1.7"))).manifest
+    assert read_bundle(_repack_manifest(data, lambda m: m.update(format_version="1.7")), allow_unsigned=True).manifest
     with pytest.raises(BundleError, match="format version 2.0 is not supported"):
-        read_bundle(_repack_manifest(data, lambda m: m.update(format_version="2.0")))
+        read_bundle(_repack_manifest(data, lambda m: m.update(format_version="2.0")), allow_unsigned=True)
     with pytest.raises(BundleError, match="not an edgerun bundle manifest"):
-        read_bundle(_repack_manifest(data, lambda m: m.update(format="other")))
+        read_bundle(_repack_manifest(data, lambda m: m.update(format="other")), allow_unsigned=True)
     bad_edits = [
         lambda m: m.update(extra=1),
         lambda m: m.pop("labels"),
@@ -309,7 +309,7 @@ def test_manifest_versions_and_fields(tmp_path):
     ]
     for edit in bad_edits:
         with pytest.raises(BundleError):
-            read_bundle(_repack_manifest(data, edit))
+            read_bundle(_repack_manifest(data, edit), allow_unsigned=True)
 
 
 def test_write_errors(tmp_path):

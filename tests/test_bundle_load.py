@@ -74,7 +74,7 @@ def bundle_path(tmp_path_factory):
 def test_predict_forms_agree_and_match_manual_preprocessing(bundle_path, tmp_path):
     from PIL import Image
 
-    m = edgerun.load(bundle_path, delegates=[])
+    m = edgerun.load(bundle_path, delegates=[], allow_unsigned=True)
     rng = np.random.default_rng(5)
     img = rng.integers(0, 256, (H, W, 3)).astype(np.uint8)
     x = manual_preprocess(img)
@@ -113,17 +113,19 @@ def test_predict_resizes_like_litert_resize_bilinear(bundle_path):
         b.output(y)
         want = run_litert(b.to_bytes(), [img[None]])[0][0]
         np.testing.assert_allclose(resize(img, *dst), want, rtol=1e-5, atol=1e-4)
-    m = load(bundle_path, delegates=[])
+    m = load(bundle_path, delegates=[], allow_unsigned=True)
     big = rng.integers(0, 256, (40, 33, 3)).astype(np.uint8)
     x = preprocess_image(big, SPEC, shape=(1, H, W, 3), dtype="int8", scale=IN_Q[0], zero_point=IN_Q[1])
     assert np.array_equal(m.predict(big)["probs"], run_litert(m.bundle.model, [x])[0])
 
 
 def test_verify_reports_zero_on_the_interpreter(bundle_path):
-    m = load(bundle_path, delegates=[])
+    m = load(bundle_path, delegates=[], allow_unsigned=True)
     res = m.verify()
     assert res == {"ok": True, "cases": 3, "max_abs_diff": {"probs": 0.0}, "tolerance": {"probs": 0.0},
-                   "delegates": ["edgerun"]}
+                   "delegates": ["edgerun"],
+                   "paths": {"reference": {"ok": True, "max_abs_diff": {"probs": 0.0}, "tolerance": {"probs": 0.0},
+                                           "source": "bit-exact"}}}
     assert m.delegates == [] and repr(m).startswith("BundleModel(")
 
 
@@ -146,28 +148,28 @@ def _repack(data: bytes, edit_golden) -> bytes:
 
 def test_verify_detects_a_different_result(bundle_path):
     data = bundle_path.read_bytes()
-    man = read_bundle(data).manifest
+    man = read_bundle(data, allow_unsigned=True).manifest
     out_entry = man["golden"]["cases"][1]["outputs"][0]
 
     def bump(gold):
         v = np.frombuffer(bytes(gold[out_entry["offset"]:out_entry["offset"] + 1]), np.int8)[0]
         gold[out_entry["offset"]] = np.int8(v - 3 if v > -100 else v + 3).view(np.uint8)
 
-    m = load(_repack(data, bump), delegates=[])
+    m = load(_repack(data, bump), delegates=[], allow_unsigned=True)
     res = m.verify()
     assert res["ok"] is False and res["max_abs_diff"] == {"probs": 3.0}
     assert m.verify(tolerance=3)["ok"] is True
 
 
 def test_delegates_from_target_with_fallback(bundle_path):
-    m = load(bundle_path)  # target rpi: xnnpack first, edgerun's kernels for the rest
-    assert read_bundle(bundle_path).manifest["delegates"] == ["xnnpack"]
+    m = load(bundle_path, allow_unsigned=True)  # target rpi: xnnpack first, edgerun's kernels for the rest
+    assert read_bundle(bundle_path, allow_unsigned=True).manifest["delegates"] == ["xnnpack"]
     assert m.delegates in ([], ["xnnpack"])
     if not m.delegates:
         assert "xnnpack" in m.skipped
     res = m.verify()
     assert res["ok"], res
-    m2 = load(bundle_path, delegates=["no-such-delegate"])
+    m2 = load(bundle_path, delegates=["no-such-delegate"], allow_unsigned=True)
     assert m2.delegates == [] and "no-such-delegate" in m2.skipped
     assert m2.verify()["ok"]
 
@@ -182,7 +184,7 @@ def test_golden_inputs_from_images(tmp_path):
         paths.append(tmp_path / f"{i}.png")
         Image.fromarray(img).save(paths[-1])
     p = write_bundle(classifier(1), tmp_path / "g.bundle", preprocessing=SPEC, golden_inputs=paths)
-    m = load(p, delegates=[])
+    m = load(p, delegates=[], allow_unsigned=True)
     assert len(m.bundle.golden) == 2
     for (ins, outs), path in zip(m.bundle.golden, paths):
         assert np.array_equal(m.predict(path)["probs"], outs[0])
@@ -190,8 +192,8 @@ def test_golden_inputs_from_images(tmp_path):
                                                        scale=IN_Q[0], zero_point=IN_Q[1]))
     assert m.verify()["ok"]
     none = write_bundle(classifier(1), tmp_path / "n.bundle", golden_inputs=[])
-    assert read_bundle(none).manifest["golden"] is None
-    assert load(none).verify()["ok"] is False
+    assert read_bundle(none, allow_unsigned=True).manifest["golden"] is None
+    assert load(none, allow_unsigned=True).verify()["ok"] is False
 
 
 def test_float_model_nchw_and_errors(tmp_path):
@@ -202,7 +204,7 @@ def test_float_model_nchw_and_errors(tmp_path):
     b.output(y)
     spec = {"layout": "NCHW", "mean": [127.5], "std": [127.5]}
     p = write_bundle(b.to_bytes(), tmp_path / "f.bundle", preprocessing=spec)
-    m = load(p)
+    m = load(p, allow_unsigned=True)
     assert m.inputs[0]["layout"] == "NCHW"
     img = np.arange(48, dtype=np.uint8).reshape(4, 4, 3) * 5
     want = np.maximum((img.transpose(2, 0, 1)[None].astype(np.float32) - 127.5) / 127.5, 0)
@@ -214,7 +216,7 @@ def test_float_model_nchw_and_errors(tmp_path):
     with pytest.raises(InputMismatchError):
         validate_spec({"channel_order": "CMYK"})
     with pytest.raises(BundleError):
-        load(tmp_path / "missing.bundle")
+        load(tmp_path / "missing.bundle", allow_unsigned=True)
 
 
 def test_device_side_needs_no_heavy_packages(tmp_path):
@@ -251,7 +253,7 @@ pred = m.predict({str(tmp_path / 'img.npy')!r})
 assert len(pred.top_k(2)) == 2
 assert m.verify()["ok"]
 try:
-    edgerun.load({str(tmp_path / 'bad.bundle')!r})
+    edgerun.load({str(tmp_path / 'bad.bundle')!r}, allow_unsigned=True)
 except BundleError as e:
     print("refused:", e)
 else:

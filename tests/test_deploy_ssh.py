@@ -19,7 +19,7 @@ import pytest
 
 from edgerun.bundle import write_bundle
 from edgerun.deploy import ssh
-from edgerun.errors import DeployError
+from edgerun.errors import DeployError, EdgerunError
 from edgerun.ir import ModelBuilder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,6 +78,9 @@ SetEnv PATH=/usr/local/bin:/usr/bin:/bin
 
 
 REMOTE_EDGERUN = f"env PYTHONPATH={REPO} {sys.executable} -m edgerun"
+#: this checkout's command line, as the console script runs it
+EDGERUN = [sys.executable, "-m", "edgerun"]
+ENV = dict(os.environ, PYTHONPATH=str(REPO))
 
 
 def _model(seed: int, pad_bytes: int = 0) -> bytes:
@@ -92,8 +95,30 @@ def _model(seed: int, pad_bytes: int = 0) -> bytes:
     return b.to_bytes()
 
 
-def _bundle(tmp_path, seed: int, pad_bytes: int = 0) -> Path:
-    return write_bundle(_model(seed, pad_bytes), tmp_path / f"m{seed}.bundle", target="rpi")
+@pytest.fixture(scope="module")
+def sign_key(tmp_path_factory) -> Path:
+    from edgerun.bundle import signing
+
+    d = tmp_path_factory.mktemp("deploykey")
+    priv, pub = signing.generate_keypair()
+    (d / "k.key").write_bytes(priv)
+    (d / "k.pub").write_bytes(pub)
+    return d / "k.key"
+
+
+_KEY: list = []
+
+
+@pytest.fixture(autouse=True)
+def _signing(sign_key, monkeypatch):
+    """Deployed bundles are signed (unsigned ones are refused by default); no trusted key is configured."""
+    monkeypatch.delenv("EDGERUN_TRUSTED_KEY", raising=False)
+    _KEY[:] = [sign_key]
+
+
+def _bundle(tmp_path, seed: int, pad_bytes: int = 0, name: str | None = None) -> Path:
+    return write_bundle(_model(seed, pad_bytes), tmp_path / (name or f"m{seed}.bundle"), target="rpi",
+                        sign_key=_KEY[0])
 
 
 def _links(board: Path) -> tuple[str | None, str | None]:
@@ -261,5 +286,188 @@ def test_cli_deploy_json_and_rollback(sshd, tmp_path):
     data[-1] ^= 1
     bad.write_bytes(bytes(data))
     p = cli(str(bad), *common)
-    assert p.returncode == 1 and p.stderr.startswith("error:") and len(p.stderr.strip().splitlines()) == 1
+    assert p.returncode != 0 and p.stderr.startswith("error:") and len(p.stderr.strip().splitlines()) == 1
     assert (board / "current").read_bytes() == a.read_bytes()
+
+
+# --- hostile and concurrent use (issue 11 item 3, issue 9 item 2) -----------------------------
+def _failing_goldens(tmp_path, seed: int) -> Path:
+    """A well-formed, signed bundle whose recorded golden outputs are wrong by one step: every hash
+    and the signature check out, but the board's `run --verify` must fail."""
+    from edgerun.bundle import archive, read_bundle, signing
+    from edgerun.bundle import manifest as mf
+
+    good = _bundle(tmp_path, seed)
+    members = dict((n, bytes(b)) for n, b in archive.unpack(good.read_bytes()))
+    man = mf.loads(members["manifest.json"])
+    out = man["golden"]["cases"][-1]["outputs"][0]
+    blob = bytearray(members[man["golden"]["member"]])
+    blob[out["offset"] + out["size"] - 1] ^= 0x80  # 128 steps: beyond any delegate tolerance
+    members[man["golden"]["member"]] = bytes(blob)
+    for e in man["members"]:
+        e["sha256"] = __import__("hashlib").sha256(members[e["name"]]).hexdigest()
+    man_bytes = mf.dumps(man)
+    seed_bytes = signing.private_key_bytes(_KEY[0])
+    sig = signing.public_from_private(seed_bytes) + signing.sign(seed_bytes, signing.SIGNATURE_CONTEXT + man_bytes)
+    parts = [("manifest.json", man_bytes)] + [(n, members[n]) for n in sorted(members)
+                                             if n not in ("manifest.json", "signature.ed25519")]
+    bad = tmp_path / f"bad{seed}.bundle"
+    bad.write_bytes(archive.pack(parts + [("signature.ed25519", sig)]))
+    read_bundle(bad)  # a valid bundle in every respect but its goldens
+    return bad
+
+
+def test_failed_on_board_goldens_never_switch(sshd, tmp_path):
+    """The real edgerun on the board runs the goldens, they fail: previous stays current, exit 1."""
+    board = tmp_path / "board"
+    ra = ssh.deploy(_bundle(tmp_path, 20), sshd, remote_dir=str(board))
+    bad = _failing_goldens(tmp_path, 21)
+    with pytest.raises(ssh.VerifyFailed, match="golden vectors failed"):
+        ssh.deploy(bad, sshd, remote_dir=str(board), verify=True, remote_edgerun=REMOTE_EDGERUN)
+    assert _links(board) == (f"bundles/{ra['bundle']}", None)
+    assert os.listdir(board / "bundles") == [ra["bundle"]]
+    assert not list((board / "incoming").iterdir()) and not list((board / "pending").iterdir())
+    # a board edgerun that exits 0 but reports verified=false (an old CLI that dropped exit codes)
+    liar = f"{REMOTE_EDGERUN} run bundles/x --json >/dev/null 2>&1; echo '{{\"verified\": false}}'; true #"
+    with pytest.raises(ssh.VerifyFailed, match="verified=false"):
+        ssh.deploy(_bundle(tmp_path, 22), sshd, remote_dir=str(board), verify=True, remote_edgerun=liar)
+    assert _links(board) == (f"bundles/{ra['bundle']}", None)
+    # through the console script: one line on stderr, exit 1, nothing switched
+    p = subprocess.run([*EDGERUN, "deploy", str(bad), *_cli_common(sshd, board), "--verify",
+                        "--remote-edgerun", REMOTE_EDGERUN], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: golden vectors failed") and len(p.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in p.stderr
+    assert _links(board) == (f"bundles/{ra['bundle']}", None)
+
+
+def _cli_common(target, board) -> list[str]:
+    out = ["--host", target.host, "--port", str(target.port), "--identity", target.identity, "--dir", str(board)]
+    for o in target.options:
+        out += ["-o", o]
+    return out
+
+
+def test_concurrent_deploys_serialize(sshd, tmp_path):
+    """Four deploys with --verify at once: all succeed one after another, and current, previous and
+    the bundles kept are consistent (the old GC deleted a bundle another deploy was switching to)."""
+    import threading
+
+    board = tmp_path / "board"
+    bundles = [_bundle(tmp_path, 30 + i) for i in range(4)]
+    results, errors = [], []
+
+    def one(b):
+        try:
+            results.append(ssh.deploy(b, sshd, remote_dir=str(board), verify=True, remote_edgerun=REMOTE_EDGERUN))
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(b,)) for b in bundles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert len(results) == 4 and all(r["verified"] for r in results)
+    cur, prev = _links(board)
+    assert (board / cur).is_file() and (board / prev).is_file()
+    assert sorted(os.listdir(board / "bundles")) == sorted({cur[len("bundles/"):], prev[len("bundles/"):]})
+    # the switches happened one at a time: each report's previous is another deploy's bundle
+    names = {r["bundle"] for r in results}
+    assert sum(r["previous"] is None for r in results) == 1
+    assert all(r["previous"] is None or r["previous"][len("bundles/"):] in names for r in results)
+    assert not list((board / "incoming").iterdir()) and not list((board / "pending").iterdir())
+
+
+def test_deploy_waits_for_the_board_lock(sshd, tmp_path):
+    """Another deploy holds the directory's flock: this one waits, then gives up with one line."""
+    board = tmp_path / "board"
+    ra = ssh.deploy(_bundle(tmp_path, 40), sshd, remote_dir=str(board))
+    holder = subprocess.Popen(["flock", str(board / ".lock"), "sleep", "30"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        t0 = time.time()
+        with pytest.raises(DeployError, match="locked by another deploy"):
+            ssh.deploy(_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)
+        assert 1.5 < time.time() - t0 < 20
+    finally:
+        os.killpg(holder.pid, 9)  # flock and its sleep (which inherited the locked descriptor)
+        holder.wait()
+    assert _links(board) == (f"bundles/{ra['bundle']}", None)
+    rb = ssh.deploy(_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)  # lock free again
+    assert rb["previous"] == f"bundles/{ra['bundle']}"
+
+
+def test_gc_keeps_bundles_of_pending_deploys(sshd, tmp_path):
+    """A bundle another deploy is about to switch to (its pending marker) or still copying (its
+    incoming/*.part) survives this deploy's clean-up; that deploy's .part is not removed either."""
+    board = tmp_path / "board"
+    ssh.deploy(_bundle(tmp_path, 50), sshd, remote_dir=str(board))
+    ssh.deploy(_bundle(tmp_path, 51), sshd, remote_dir=str(board))
+    (board / "bundles" / "other-aaaaaaaaaaaa.bundle").write_bytes(b"x")
+    (board / "pending" / "0123abcd").write_text("bundles/other-aaaaaaaaaaaa.bundle\n")
+    (board / "bundles" / "copying-bbbbbbbbbbbb.bundle").write_bytes(b"y")
+    part = board / "incoming" / "copying-bbbbbbbbbbbb.bundle.89abcdef.part"
+    part.write_bytes(b"partial")
+    r = ssh.deploy(_bundle(tmp_path, 52), sshd, remote_dir=str(board))
+    kept = set(os.listdir(board / "bundles"))
+    assert {"other-aaaaaaaaaaaa.bundle", "copying-bbbbbbbbbbbb.bundle", r["bundle"]} <= kept
+    assert len(kept) == 4 and part.exists()
+    assert (board / "pending" / "0123abcd").exists()
+    # once the marker and part are gone, the next deploy collects them
+    (board / "pending" / "0123abcd").unlink()
+    part.unlink()
+    ssh.deploy(_bundle(tmp_path, 53), sshd, remote_dir=str(board))
+    assert len(os.listdir(board / "bundles")) == 2
+
+
+def test_status_is_read_only(sshd, tmp_path):
+    missing = tmp_path / "never" / "made"
+    st = ssh.status(sshd, str(missing))
+    assert st["exists"] is False and st["current"] is None
+    assert not (tmp_path / "never").exists()
+    board = tmp_path / "board"
+    ssh.deploy(_bundle(tmp_path, 60), sshd, remote_dir=str(board))
+    before = sorted(str(p.relative_to(board)) for p in board.rglob("*"))
+    st = ssh.status(sshd, str(board))
+    assert st["exists"] and st["current"].startswith("bundles/")
+    assert sorted(str(p.relative_to(board)) for p in board.rglob("*")) == before
+    p = subprocess.run([*EDGERUN, "deploy", *_cli_common(sshd, missing), "--status", "--json"],
+                       capture_output=True, text=True, timeout=60, env=ENV)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["exists"] is False and not (tmp_path / "never").exists()
+
+
+def test_dash_dir_and_colon_path(sshd, tmp_path):
+    """A --dir starting with '-' is a directory, not an option; a local path with ':' is not a host."""
+    assert ssh.remote_dir_path("-rf") == "./-rf"
+    name = f"-edgerun-test-{os.getpid()}"
+    home = Path(sshd.run("pwd").stdout.strip())
+    try:
+        a = _bundle(tmp_path, 70, name="host:a.bundle")  # scp would take 'host' as a host name
+        r = ssh.deploy(a, sshd, remote_dir=name)
+        assert (home / name / "current").read_bytes() == a.read_bytes()
+        assert ssh.status(sshd, name)["current"] == r["current"]
+        assert ssh.rollback is not None
+    finally:
+        shutil.rmtree(home / name, ignore_errors=True)
+    # relative local path with ':' from the CLI
+    p = subprocess.run([*EDGERUN, "deploy", "host:a.bundle", *_cli_common(sshd, tmp_path / "b2")],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env=ENV)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "b2" / "current").read_bytes() == (tmp_path / "host:a.bundle").read_bytes()
+
+
+def test_unsigned_bundle_refused_unless_allowed(sshd, tmp_path):
+    board = tmp_path / "board"
+    u = write_bundle(_model(80), tmp_path / "u.bundle", target="rpi")
+    with pytest.raises(EdgerunError, match="not signed"):
+        ssh.deploy(u, sshd, remote_dir=str(board))
+    assert not board.exists()  # refused before touching the board
+    r = ssh.deploy(u, sshd, remote_dir=str(board), allow_unsigned=True, verify=True, remote_edgerun=REMOTE_EDGERUN)
+    assert r["verified"] is True and r["signed"] is False
+    p = subprocess.run([*EDGERUN, "deploy", str(u), *_cli_common(sshd, board)], capture_output=True, text=True,
+                       timeout=60, env=ENV)
+    assert p.returncode != 0 and "not signed" in p.stderr and len(p.stderr.strip().splitlines()) == 1

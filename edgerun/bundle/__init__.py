@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerun.bundle import archive, signing
+from edgerun._fs import atomic_write, check_output
+from edgerun.bundle import archive, signing, trust
 from edgerun.bundle import golden as _golden
 from edgerun.bundle import manifest as _manifest
 from edgerun.errors import (
@@ -48,8 +49,8 @@ from edgerun.errors import (
 MANIFEST = "manifest.json"
 MODEL = "model.tflite"
 SIGNATURE = "signature.ed25519"
-#: environment variable naming a trusted public key file; when set, unsigned bundles are refused
-TRUSTED_KEY_ENV = "EDGERUN_TRUSTED_KEY"
+#: environment variable naming a trusted public key file (see :mod:`edgerun.bundle.trust`)
+TRUSTED_KEY_ENV = trust.TRUSTED_KEY_ENV
 
 __all__ = [
     "Bundle",
@@ -199,6 +200,7 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
             data = Path(model).read_bytes()
         except OSError as e:
             raise BundleError(f"cannot read model {str(model)!r}: {e.strerror}") from None
+    check_output(out_path, model, what="bundle")  # refuse before any work, again before writing
     tgt = parse_target(target)
     ir = read_model(data)
     model_sha = hashlib.sha256(data).hexdigest()
@@ -211,6 +213,13 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     outputs = _io_entries(ir, ir.main.outputs, set())
     _preprocessing_for(inputs, preprocessing, ir)
     report = _read_report(report)
+    labels = _read_labels(labels)
+    if labels is not None and len(outputs) == 1 and len(outputs[0]["shape"]) >= 1 \
+            and int(np.prod(outputs[0]["shape"])) == outputs[0]["shape"][-1] > 1 \
+            and len(labels) != outputs[0]["shape"][-1]:
+        from edgerun.errors import UsageError
+        raise UsageError(f"{len(labels)} labels for a classifier with {outputs[0]['shape'][-1]} classes "
+                         f"(output {outputs[0]['name']!r}); give one label per class")
     if calib_hash is None and isinstance(report, dict) and isinstance(report.get("calibration"), dict):
         calib_hash = report["calibration"].get("sha256")  # the converter's fingerprint of its data, if any
     if calib_hash is not None and not (isinstance(calib_hash, str) and len(calib_hash) == 64
@@ -234,7 +243,13 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     if cases:
         blob, entries = _golden.pack(cases)
         members[_golden.MEMBER] = blob
-        golden_entry = {"member": _golden.MEMBER, "cases": entries}
+        # the target's delegated paths, measured against the reference outputs (edgerun.bundle.golden)
+        paths, path_members = _golden.record_paths(
+            _golden.path_runner(data, [io["index"] for io in inputs], [io["index"] for io in outputs],
+                                preserve_inputs=tgt.name != "mcu"),
+            _golden.delegate_paths(tgt.delegates), cases, outputs)
+        members.update(path_members)
+        golden_entry = {"member": _golden.MEMBER, "cases": entries, "paths": paths}
     member_list = [{"name": n, "sha256": hashlib.sha256(members[n]).hexdigest(), "size": len(members[n])}
                    for n in sorted(members)]
     man = {
@@ -245,7 +260,7 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
         "members": member_list,
         "inputs": inputs,
         "outputs": outputs,
-        "labels": _read_labels(labels),
+        "labels": labels,
         "target": {"spec": str(tgt), "name": tgt.name, "board": tgt.board.name if tgt.board else None},
         "delegates": list(tgt.delegates),
         "arena_bytes": int(interp.arena_bytes),
@@ -261,14 +276,8 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
         pub = signing.public_from_private(seed)
         parts.append((SIGNATURE, pub + signing.sign(seed, signing.SIGNATURE_CONTEXT + man_bytes)))
     blob = archive.pack(parts)
-    out = Path(out_path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(blob)
-        os.replace(tmp, out)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise BundleError(f"cannot write {str(out)!r}: {e.strerror}") from None
+    out = check_output(out_path, model, what="bundle")  # never the model file itself
+    atomic_write(out, blob)
     if progress:
         progress(total, total)
     return out
@@ -290,6 +299,7 @@ class Bundle:
     sha256: str  # of the whole file
     size: int
     members: dict = field(default_factory=dict)  # name -> bytes
+    trusted: bool = False  # signed by the trusted key given or configured
 
     @property
     def key_fingerprint(self) -> str | None:
@@ -300,15 +310,18 @@ class Bundle:
         return self.manifest["labels"]
 
 
-def read_bundle(path, *, trusted_key=None, extract_to=None, max_bytes: int = archive.MAX_BYTES) -> Bundle:
+def read_bundle(path, *, trusted_key=None, allow_unsigned: bool = False, extract_to=None,
+                max_bytes: int = archive.MAX_BYTES) -> Bundle:
     """Read and check a bundle (path or bytes); raises BundleError before anything is written.
 
     Checks: the archive structure (no trailing bytes, duplicates, odd names or oversize members),
     every member's SHA-256, the canonical manifest and its major version, that the members are
-    exactly those the manifest lists, the golden vector layout, and the signature. With
-    ``trusted_key`` (or the ``EDGERUN_TRUSTED_KEY`` environment variable naming a key file) the
+    exactly those the manifest lists, the golden vector layout, and the signature (strict
+    Ed25519: small-order and non-canonical keys and signatures are refused). Trust policy
+    (:mod:`edgerun.bundle.trust`): an unsigned bundle is refused unless ``allow_unsigned``;
+    with ``trusted_key`` (or a configured one: ``EDGERUN_TRUSTED_KEY``, the config file) a signed
     bundle must be signed by that key. ``extract_to`` then writes the members into that
-    directory (which must not already hold them).
+    directory (which must not already hold them); a failed extraction removes what it wrote.
     """
     if isinstance(path, (bytes, bytearray, memoryview)):
         data = bytes(path)
@@ -340,16 +353,7 @@ def read_bundle(path, *, trusted_key=None, extract_to=None, max_bytes: int = arc
     if sig is not None:
         pub = sig[:32]
         signing.check_signature(pub, man_bytes, sig[32:])
-    if trusted_key is None and os.environ.get(TRUSTED_KEY_ENV):
-        trusted_key = os.environ[TRUSTED_KEY_ENV]
-    if trusted_key is not None:
-        want = signing.public_key_bytes(trusted_key)
-        if pub is None:
-            raise BundleIntegrityError(f"bundle is not signed, but a trusted key ({signing.fingerprint(want)}) "
-                                       "is configured: sign it with `edgerun package --sign KEY`")
-        if pub != want:
-            raise BundleIntegrityError(f"bundle is signed by key {signing.fingerprint(pub)}, not by the trusted "
-                                       f"key {signing.fingerprint(want)}")
+    trusted = trust.check_trust(pub, trusted_key=trusted_key, allow_unsigned=allow_unsigned)
     golden = []
     if man["golden"] is not None:
         golden = _golden.unpack(blobs[man["golden"]["member"]], man["golden"]["cases"])
@@ -361,15 +365,19 @@ def read_bundle(path, *, trusted_key=None, extract_to=None, max_bytes: int = arc
                                           f"{list(a.shape)}, the manifest says {io['dtype']} {io['shape']}")
     model_entry = man["model"]
     bundle = Bundle(man, man_bytes, blobs[model_entry["member"]], golden, sig is not None, pub,
-                    hashlib.sha256(data).hexdigest(), len(data), blobs)
+                    hashlib.sha256(data).hexdigest(), len(data), blobs, trusted is not None and pub == trusted)
     if extract_to is not None:
         archive.extract([(n, bytes(b)) for n, b in members], extract_to)
     return bundle
 
 
-def describe(path, *, trusted_key=None) -> dict:
-    """A JSON-able summary of a bundle (for ``edgerun inspect`` and ``edgerun verify``)."""
-    b = read_bundle(path, trusted_key=trusted_key)
+def describe(path, *, trusted_key=None, allow_unsigned: bool = True) -> dict:
+    """A JSON-able summary of a bundle (for ``edgerun inspect`` and ``edgerun verify``).
+
+    Describing is informational, so unsigned bundles are described unless ``allow_unsigned``
+    is False; a signature that is present is always checked.
+    """
+    b = read_bundle(path, trusted_key=trusted_key, allow_unsigned=allow_unsigned)
     m = b.manifest
     labels = m["labels"]
     model_info = dict(m["model"])
@@ -387,7 +395,7 @@ def describe(path, *, trusted_key=None) -> dict:
         "bundle": str(path) if not isinstance(path, (bytes, bytearray, memoryview)) else None,
         "size": b.size, "sha256": b.sha256,
         "format_version": m["format_version"], "edgerun_version": m["edgerun_version"],
-        "signed": b.signed, "key": b.key_fingerprint, "trusted": trusted_key is not None,
+        "signed": b.signed, "key": b.key_fingerprint, "trusted": b.trusted,
         "model": model_info,
         "members": [dict(e) for e in m["members"]],
         "inputs": m["inputs"], "outputs": m["outputs"],
@@ -618,61 +626,42 @@ class BundleModel:
         return Prediction({io["name"]: y for io, y in zip(self.outputs, outs)}, self.outputs, self.labels)
 
     def verify(self, tolerance: float | None = None) -> dict:
-        """Run the golden vectors; report the largest difference per output.
+        """Run the golden vectors on every kernel path in use and judge them (see
+        :func:`edgerun.bundle.golden.verify`): edgerun's kernels must match the reference outputs
+        bit for bit, a delegated path must stay within the tolerance measured at package time.
 
-        Returns ``{"ok", "cases", "max_abs_diff": {output: diff}, "tolerance", "delegates"}``.
-        Differences are in the output's own units (quantized steps for integer outputs). The
-        default tolerance is 0 on edgerun's kernels (they are bit-exact with the host). When a
-        delegate runs it is 1/32 of the integer range (8 steps for int8) for integer outputs,
-        since delegates round differently from TFLite's reference kernels (LiteRT's XNNPACK
-        differs by up to 5 steps on the test classifier's softmax), and 1e-4 of the largest
-        magnitude for float outputs.
+        Returns ``{"ok", "cases", "max_abs_diff": {output: diff}, "tolerance", "delegates",
+        "paths"}``; ``ok`` is False for a bundle with no golden cases (nothing was verified).
         """
-        diffs = {io["name"]: 0.0 for io in self.outputs}
-        peak = {io["name"]: 0.0 for io in self.outputs}
-        for ins, want in self.bundle.golden:
-            got = _run(self.interpreter, self.inputs, self.outputs, list(ins))
-            for io, w, g in zip(self.outputs, want, got):
-                diffs[io["name"]] = max(diffs[io["name"]], _golden.max_abs_diff(w, g))
-                if w.size and w.dtype.kind == "f":
-                    peak[io["name"]] = max(peak[io["name"]], float(np.nanmax(np.abs(w.astype(np.float64)))))
-        limits = {}
-        for io in self.outputs:
-            n = io["name"]
-            if tolerance is not None:
-                limits[n] = float(tolerance)
-            elif not self.delegates:
-                limits[n] = 0.0
-            else:
-                dt = np.dtype(io["dtype"])
-                limits[n] = (float((int(np.iinfo(dt).max) - int(np.iinfo(dt).min) + 1) // 32) if dt.kind in "iu"
-                             else 1e-4 * max(peak[n], 1.0))
-        ok = bool(self.bundle.golden) and all(diffs[n] <= limits[n] for n in diffs)
-        return {"ok": ok, "cases": len(self.bundle.golden), "max_abs_diff": diffs, "tolerance": limits,
-                "delegates": self.delegates or ["edgerun"]}
+        return _golden.verify(self, tolerance)
 
 
-def load(path, *, delegates=None, trusted_key=None) -> BundleModel:
+def load(path, *, delegates=None, trusted_key=None, allow_unsigned: bool = False) -> BundleModel:
     """Open a bundle on the device: check it, pick delegates from its target, ready to predict.
+
+    Unsigned bundles are refused unless ``allow_unsigned=True``; with ``trusted_key`` (or a
+    configured one, see :mod:`edgerun.bundle.trust`) the bundle must be signed by that key.
 
     ``delegates`` overrides the manifest's delegate order (``[]``: edgerun's kernels only).
     Delegates whose runtime is missing are skipped (see ``BundleModel.skipped``); edgerun's
     own kernels run whatever no delegate takes.
     """
-    return BundleModel(read_bundle(path, trusted_key=trusted_key), delegates=delegates)
+    return BundleModel(read_bundle(path, trusted_key=trusted_key, allow_unsigned=allow_unsigned), delegates=delegates)
 
 
-def verify_bundle(path, *, trusted_key=None, golden: bool = True, delegates=None,
+def verify_bundle(path, *, trusted_key=None, allow_unsigned: bool = False, golden: bool = True, delegates=None,
                   tolerance: float | None = None) -> dict:
     """Check a bundle's hashes and signature and, with ``golden``, run its golden vectors.
 
+    Unsigned bundles are refused (BundleIntegrityError) unless ``allow_unsigned=True``.
+
     Returns a JSON-able report with ``ok``; raises BundleError when the file itself is bad.
     """
-    info = describe(path, trusted_key=trusted_key)
+    info = describe(path, trusted_key=trusted_key, allow_unsigned=allow_unsigned)
     report = {"bundle": info["bundle"], "sha256": info["sha256"], "signed": info["signed"], "key": info["key"],
               "trusted": info["trusted"], "integrity": "ok", "ok": True}
     if golden:
-        res = load(path, trusted_key=trusted_key, delegates=delegates).verify(tolerance)
+        res = load(path, trusted_key=trusted_key, allow_unsigned=allow_unsigned, delegates=delegates).verify(tolerance)
         report["golden"] = res
-        report["ok"] = res["ok"] or res["cases"] == 0
+        report["ok"] = res["ok"]  # no golden cases: nothing verified, the check fails
     return report

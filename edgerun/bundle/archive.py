@@ -164,9 +164,11 @@ def extract(members: list[tuple[str, bytes | memoryview]], directory) -> list[Pa
 
     Each name is re-checked, and each file is created with ``O_EXCL | O_NOFOLLOW`` relative to
     the directory, so an existing file or a planted symlink makes this fail instead of writing
-    elsewhere.
+    elsewhere. All or nothing: when any member cannot be written, the files written so far (and
+    the directory, when this call created it) are removed before the error is raised.
     """
     d = Path(directory)
+    created = not os.path.lexists(d)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -175,7 +177,7 @@ def extract(members: list[tuple[str, bytes | memoryview]], directory) -> list[Pa
         raise BundleError(f"extraction target {str(d)!r} is not a plain directory")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     dfd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    written = []
+    written: list[str] = []
     try:
         for name, data in members:
             check_name(name)
@@ -183,9 +185,24 @@ def extract(members: list[tuple[str, bytes | memoryview]], directory) -> list[Pa
                 fd = os.open(name, flags, 0o644, dir_fd=dfd)
             except OSError as e:
                 raise BundleError(f"cannot extract {name!r} into {str(d)!r}: {e.strerror}") from None
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            written.append(d / name)
+            written.append(name)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            except OSError as e:
+                raise BundleError(f"cannot extract {name!r} into {str(d)!r}: {e.strerror}") from None
+    except BaseException:
+        for name in written:
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except OSError:
+                pass
+        if created:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+        raise
     finally:
         os.close(dfd)
-    return written
+    return [d / n for n in written]

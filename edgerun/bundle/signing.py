@@ -123,9 +123,11 @@ def verify(public_key: bytes, message: bytes, signature: bytes, *, backend: str 
     """True when ``signature`` is a valid Ed25519 signature of ``message`` under ``public_key``.
 
     ``backend`` is ``"auto"`` (cryptography if installed, else pure Python), ``"cryptography"``
-    or ``"python"``.
+    or ``"python"``. Both backends first apply the same strict rules (:func:`strict_problem`):
+    a public key or signature point R that is not canonically encoded or has small order, and
+    a scalar S >= L, are refused, so a degenerate key cannot "verify" arbitrary manifests.
     """
-    if len(public_key) != 32 or len(signature) != 64:
+    if strict_problem(public_key, signature) is not None:
         return False
     if backend in ("auto", "cryptography"):
         try:
@@ -140,10 +142,58 @@ def verify(public_key: bytes, message: bytes, signature: bytes, *, backend: str 
                 return True
             except (InvalidSignature, ValueError):
                 return False
+    elif backend != "python":
+        raise BundleError(f"unknown signature backend {backend!r}: use auto, cryptography or python")
     return _py_verify(public_key, message, signature)
 
 
+def point_problem(encoded: bytes) -> str | None:
+    """Why a 32-byte Ed25519 point encoding is unacceptable (None when it is fine).
+
+    Refused: y >= p (non-canonical), x = 0 with the sign bit set (non-canonical), no point on
+    the curve, and the 8 points of small order (their multiples by 8 are the identity).
+    """
+    if len(encoded) != 32:
+        return f"is {len(encoded)} bytes, not 32"
+    y = int.from_bytes(encoded, "little") & ((1 << 255) - 1)
+    if y >= _P:
+        return "is not canonically encoded (y >= p)"
+    pt = _decode(encoded)
+    if pt is None:
+        return "is not a canonical point on the curve"
+    if _is_identity(_mul(8, pt)):
+        return "has small order"
+    return None
+
+
+def strict_problem(public_key: bytes, signature: bytes) -> str | None:
+    """Why a (public key, signature) pair is refused before any curve equation is checked."""
+    if len(public_key) != 32:
+        return f"the public key is {len(public_key)} bytes, not 32"
+    if len(signature) != 64:
+        return f"the signature is {len(signature)} bytes, not 64"
+    p = point_problem(public_key)
+    if p:
+        return f"the public key {p}"
+    p = point_problem(signature[:32])
+    if p:
+        return f"the signature's R {p}"
+    if int.from_bytes(signature[32:], "little") >= _L:
+        return "the signature's S is not reduced (S >= L)"
+    return None
+
+
+def check_public_key(public_key: bytes) -> None:
+    """BundleError for a public key that no honest signer has (non-canonical or small order)."""
+    p = point_problem(bytes(public_key))
+    if p:
+        raise BundleError(f"the public key {fingerprint(bytes(public_key))} {p}: refused")
+
+
 def check_signature(public_key: bytes, manifest_bytes: bytes, signature: bytes) -> None:
+    why = strict_problem(public_key, signature)
+    if why is not None:
+        raise BundleIntegrityError(f"bad signature (key {fingerprint(public_key)}): {why}")
     if not verify(public_key, SIGNATURE_CONTEXT + manifest_bytes, signature):
         raise BundleIntegrityError(f"bad signature (key {fingerprint(public_key)}): the manifest was "
                                    "modified after signing, or the signature is corrupt")
@@ -199,6 +249,11 @@ def _decode(s: bytes):
     if x & 1 != sign:
         x = _P - x
     return (x, y, 1, x * y % _P)
+
+
+def _is_identity(pt) -> bool:
+    x, y, z, _ = pt
+    return x % _P == 0 and (y - z) % _P == 0
 
 
 def _encode(pt) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,7 +15,8 @@ def package_cli(
     output: Path = typer.Option(None, "--output", "-o", help="Bundle file to write (default: MODEL.bundle)."),
     target: str = typer.Option("cpu", "--target", "-t", help="rpi | coral | jetson | mcu[:BOARD] | cpu."),
     labels: Path = typer.Option(None, "--labels", help="Labels file, one label per line."),
-    sign: Path = typer.Option(None, "--sign", help="Ed25519 private key (from `edgerun keygen`) to sign with."),
+    sign: Path = typer.Option(None, "--sign", help="Ed25519 private key (from `edgerun keygen`) to sign with "
+                              "(default: EDGERUN_SIGNING_KEY or signing_key in ~/.config/edgerun/config.toml)."),
     report: Path = typer.Option(None, "--report", help="Conversion report (JSON) to include."),
     calib: Path = typer.Option(None, "--calib", help="Calibration data (file or directory) to record the hash of."),
     preprocessing: str = typer.Option(None, "--preprocessing",
@@ -30,18 +30,17 @@ def package_cli(
     The same inputs always give the same bytes. With --sign the manifest is signed (Ed25519);
     `edgerun verify` and `edgerun.load()` check every hash and the signature.
     """
-    from edgerun.bundle import describe, hash_calibration, write_bundle
+    from edgerun._fs import check_output
+    from edgerun.bundle import describe, hash_calibration, trust, write_bundle
+    from edgerun.inputs import load_npy
+    from edgerun.preprocess import spec_from_option
 
-    out = output or model.with_suffix(".bundle")
-    spec = None
-    if preprocessing:
-        text = Path(preprocessing).read_text() if preprocessing.endswith(".json") else preprocessing
-        spec = json.loads(text)
+    out = check_output(output or model.with_suffix(".bundle"), model, what="bundle")  # never the model itself
+    spec = spec_from_option(preprocessing) if preprocessing else None
+    sign = sign if sign is not None else trust.signing_key()  # EDGERUN_SIGNING_KEY / config signing_key
     golden_inputs = None
     if golden:
-        import numpy as np
-
-        golden_inputs = [np.load(p, allow_pickle=False) if p.suffix == ".npy" else str(p) for p in golden]
+        golden_inputs = [load_npy(p) if p.suffix == ".npy" else str(p) for p in golden]
     with progress("packaging", enabled=not json_out and sys.stderr.isatty()) as cb:
         path = write_bundle(model, out, target=target, labels=labels, sign_key=sign, preprocessing=spec,
                             report=report, calib_hash=hash_calibration(calib) if calib else None,

@@ -27,10 +27,13 @@ A deploy runs these steps; each one either completes or leaves ``current`` untou
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
+import selectors
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +45,12 @@ COMMAND_TIMEOUT = 60.0
 VERIFY_TIMEOUT = 600.0
 _SAFE_DIR = re.compile(r"[A-Za-z0-9._/~+-]+\Z")
 _STEPS = 5
+#: minutes after which a partial copy or pending marker left by a killed deploy is removed
+STALE_MINUTES = 24 * 60
+
+
+class VerifyFailed(DeployError):
+    """The bundle's golden vectors ran on the board and did not match; nothing was switched."""
 
 
 @dataclass
@@ -103,7 +112,11 @@ class SSHTarget:
 
 
 def remote_dir_path(d: str) -> str:
-    """Validate a remote directory; ``~/x`` and relative paths mean relative to the login home."""
+    """Validate a remote directory; ``~/x`` and relative paths mean relative to the login home.
+
+    The result is safe to pass (shell-quoted) to ``cd --``; a relative path starting with ``-``
+    gets a ``./`` prefix so that no remote program (``scp -t`` included) can take it as an option.
+    """
     if not d or not _SAFE_DIR.match(d) or ".." in d.split("/"):
         raise DeployError(f"remote directory {d!r}: use letters, digits and ._/~+- only, without '..'")
     if d == "~":
@@ -112,15 +125,21 @@ def remote_dir_path(d: str) -> str:
         d = d[2:] or "."
     elif d.startswith("~"):
         raise DeployError(f"remote directory {d!r}: ~user paths are not supported; give the path")
-    return d.rstrip("/") or "/"
+    d = d.rstrip("/") or "/"
+    return "./" + d if d.startswith("-") else d
 
 
-# Shell pieces. Everything interpolated is either validated (directory, names) or quoted.
+def local_path_arg(path) -> str:
+    """A local path for scp's command line: absolute, so that a ``:`` in it never names a host."""
+    return os.path.abspath(os.fspath(path))
+
+
+# Shell pieces. Everything interpolated is either validated (names, numbers) or shell-quoted.
 _SHA = r'''
 sha() {
-  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -d' ' -f1
-  elif command -v shasum >/dev/null 2>&1; then shasum -a 256 "$1" | cut -d' ' -f1
-  elif command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r "$1" | cut -d' ' -f1
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum -- "$1" | cut -d' ' -f1
+  elif command -v shasum >/dev/null 2>&1; then shasum -a 256 -- "$1" | cut -d' ' -f1
+  elif command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r -- "$1" | cut -d' ' -f1
   else python3 -c 'import hashlib,sys;print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$1"
   fi
 }
@@ -128,8 +147,41 @@ sha() {
 
 _RELINK = r'''
 relink() {  # relink NAME TARGET: atomically point symlink NAME at TARGET
-  ln -s "$2" ".$1.tmp.$$" && mv -f ".$1.tmp.$$" "$1"
+  ln -s -- "$2" ".$1.tmp.$$" && mv -f -- ".$1.tmp.$$" "$1"
 }
+'''
+
+# Remove bundles that neither link names, keeping any that a pending deploy (a marker in
+# pending/, or a copy still arriving in incoming/) is about to switch to.
+_GC = r'''
+gc() {
+  cur=$(readlink current 2>/dev/null || true); prev=$(readlink previous 2>/dev/null || true)
+  for f in bundles/*; do
+    [ -e "$f" ] || continue
+    if [ "$f" = "$cur" ] || [ "$f" = "$prev" ]; then continue; fi
+    keep=0
+    for m in pending/*; do
+      if [ -f "$m" ] && [ "$(cat -- "$m")" = "$f" ]; then keep=1; fi
+    done
+    for x in "incoming/${f#bundles/}".*.part; do
+      if [ -e "$x" ]; then keep=1; fi
+    done
+    if [ "$keep" = 0 ]; then rm -f -- "$f"; fi
+  done
+}
+'''
+
+_EDGERUN_FOUND = r'''
+if command -v edgerun >/dev/null 2>&1; then echo "edgerun=edgerun"
+elif python3 -c 'import edgerun' >/dev/null 2>&1; then echo "edgerun=python3 -m edgerun"
+else echo "edgerun="; fi
+'''
+
+_LINKS = r'''
+echo "dir=$(pwd)"
+echo "current=$(readlink current 2>/dev/null || true)"
+echo "previous=$(readlink previous 2>/dev/null || true)"
+echo "bundles=$(ls bundles 2>/dev/null | tr '\n' ' ')"
 '''
 
 
@@ -142,33 +194,127 @@ def _kv(text: str) -> dict[str, str]:
     return out
 
 
-def status(target: SSHTarget, remote_dir: str = "edgerun", *, clean_incoming: bool = False) -> dict:
-    """What the board has: current and previous bundle, bundles kept, edgerun command found.
-
-    ``clean_incoming`` also removes partial copies left by interrupted deploys.
-    """
-    d = remote_dir_path(remote_dir)
-    script = f'''set -e
-mkdir -p {d}/bundles {d}/incoming
-cd {d}
-{"rm -f incoming/*.part" if clean_incoming else ""}
-echo "dir=$(pwd)"
-echo "current=$(readlink current 2>/dev/null || true)"
-echo "previous=$(readlink previous 2>/dev/null || true)"
-echo "bundles=$(ls bundles 2>/dev/null | tr '\\n' ' ')"
-if command -v edgerun >/dev/null 2>&1; then echo "edgerun=edgerun"
-elif python3 -c 'import edgerun' >/dev/null 2>&1; then echo "edgerun=python3 -m edgerun"
-else echo "edgerun="; fi
-'''
-    kv = _kv(target.run(script, what="looking at the deploy directory").stdout)
-    return {"host": target.host, "dir": kv.get("dir", d), "current": kv.get("current") or None,
+def _report(target: SSHTarget, d: str, kv: dict) -> dict:
+    return {"host": target.host, "dir": kv.get("dir") or d, "current": kv.get("current") or None,
             "previous": kv.get("previous") or None, "bundles": kv.get("bundles", "").split(),
             "edgerun": kv.get("edgerun") or None}
 
 
+def status(target: SSHTarget, remote_dir: str = "edgerun") -> dict:
+    """What the board has: current and previous bundle, bundles kept, edgerun command found.
+
+    Strictly read-only: nothing is created, removed or locked on the board. A missing deploy
+    directory is reported with ``exists: False``.
+    """
+    d = remote_dir_path(remote_dir)
+    script = f'''d={shlex.quote(d)}
+if cd -- "$d" 2>/dev/null; then
+echo "exists=1"
+{_LINKS}
+else echo "exists=0"; fi
+{_EDGERUN_FOUND}
+'''
+    kv = _kv(target.run(script, what="looking at the deploy directory").stdout)
+    out = _report(target, d, kv)
+    out["exists"] = kv.get("exists") == "1"
+    return out
+
+
+# The lock holder: one ssh session per deploy that takes an exclusive flock(2) on DIR/.lock,
+# prints "locked" and keeps it until the deploying process closes the session's stdin (or dies:
+# ssh then closes the channel, the remote shell exits and the kernel drops the lock).
+_LOCK_PY = ("import fcntl,sys,time\n"
+            "end=time.time()+float(sys.argv[1])\n"
+            "while True:\n"
+            " try:\n"
+            "  fcntl.flock(9,fcntl.LOCK_EX|fcntl.LOCK_NB);break\n"
+            " except OSError:\n"
+            "  if time.time()>end: sys.exit(1)\n"
+            "  time.sleep(0.2)\n")
+
+
+class BoardLock:
+    """Exclusive lock on a board's deploy directory, held over ssh for as long as the context."""
+
+    def __init__(self, target: SSHTarget, d: str, *, timeout: float = 300.0, create: bool = True):
+        self.target, self.d, self.timeout, self.create = target, d, float(timeout), create
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "BoardLock":
+        w = max(0, int(self.timeout + 0.999))
+        mk = ('mkdir -p -- "$d/bundles" "$d/incoming" "$d/pending"\n' if self.create else "")
+        script = f'''set -e
+d={shlex.quote(self.d)}
+{mk}cd -- "$d" 2>/dev/null || {{ echo "no deploy directory $d on the board" >&2; exit 4; }}
+exec 9>>.lock
+busy="the deploy directory $(pwd) is locked by another deploy (waited {w} s)"
+if command -v flock >/dev/null 2>&1; then
+  flock -w {w} 9 || {{ echo "$busy" >&2; exit 5; }}
+elif command -v python3 >/dev/null 2>&1; then
+  python3 -c {shlex.quote(_LOCK_PY)} {w} || {{ echo "$busy" >&2; exit 5; }}
+else echo "the board has neither flock nor python3 to lock the deploy directory" >&2; exit 6; fi
+echo locked
+cat >/dev/null
+'''
+        try:
+            self.proc = subprocess.Popen(self.target.ssh_argv(f"sh -c {shlex.quote(script)}"), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except FileNotFoundError:
+            raise DeployError(f"{self.target.ssh!r} not found: install the OpenSSH client") from None
+        deadline = time.monotonic() + self.timeout + COMMAND_TIMEOUT
+        got = b""
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        try:
+            while b"\n" not in got:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    self._stop()
+                    raise DeployError(f"could not lock the deploy directory on {self.target.host} "
+                                      f"within {self.timeout + COMMAND_TIMEOUT:g} s")
+                chunk = os.read(self.proc.stdout.fileno(), 256)
+                if not chunk:
+                    break
+                got += chunk
+        finally:
+            sel.close()
+        if got.split(b"\n")[0].strip() != b"locked":
+            rc = self._stop()
+            err = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+            msg = err[-1] if err else "(no message)"
+            if rc == 255:
+                raise DeployError(f"cannot reach {self.target.host} over ssh: {msg}")
+            raise DeployError(f"locking the deploy directory on {self.target.host} failed: {msg}")
+        return self
+
+    def held(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _stop(self) -> int | None:
+        p = self.proc
+        if p is None:
+            return None
+        try:
+            if p.stdin and not p.stdin.closed:
+                p.stdin.close()
+        except OSError:
+            pass
+        try:
+            return p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            return p.wait()
+
+    def __exit__(self, *exc) -> None:
+        self._stop()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+
+
 def deploy(bundle, target: SSHTarget, *, remote_dir: str = "edgerun", verify: bool = False,
-           remote_edgerun: str | None = None, trusted_key=None, transfer_timeout: float | None = None,
-           bandwidth_kbps: int | None = None, progress=None) -> dict:
+           remote_edgerun: str | None = None, trusted_key=None, allow_unsigned: bool = False,
+           transfer_timeout: float | None = None, bandwidth_kbps: int | None = None,
+           lock_timeout: float = 300.0, progress=None) -> dict:
     """Copy a bundle to a board, check it there, optionally verify it, then make it current.
 
     Args:
@@ -176,113 +322,151 @@ def deploy(bundle, target: SSHTarget, *, remote_dir: str = "edgerun", verify: bo
         target: the board (:class:`SSHTarget`).
         remote_dir: deploy directory on the board (relative paths start at the login home).
         verify: run the bundle's golden vectors on the board before switching (skipped, and
-            reported as such, when edgerun is not installed there).
+            reported as such, when edgerun is not installed there). The switch happens only
+            when the board's ``edgerun run --verify --json`` exits 0 *and* reports
+            ``"verified": true``.
         remote_edgerun: the command that runs edgerun on the board (default: ``edgerun`` or
             ``python3 -m edgerun``, whichever is found).
-        trusted_key: check the bundle's signature against this public key before copying.
+        trusted_key: check the bundle's signature against this public key before copying
+            (default: the configured trusted key, see :mod:`edgerun.bundle.trust`).
+        allow_unsigned: accept an unsigned bundle when no trusted key is configured.
         transfer_timeout: seconds the copy may take; a copy still running is killed.
         bandwidth_kbps: limit the copy to this many Kbit/s (``scp -l``).
+        lock_timeout: seconds to wait for another deploy to the same directory to finish.
         progress: ``progress(step, 5)`` callback.
 
+    The whole deploy holds an exclusive lock on the board's deploy directory (``flock`` over a
+    dedicated ssh session), so concurrent deploys to one board run one after the other.
     Returns a report: host, dir, bundle name, sha256, current, previous, verified.
     Raises DeployError; whenever it does, the board's ``current`` link is unchanged.
     """
     from edgerun.bundle import read_bundle
 
     path = Path(bundle)
-    b = read_bundle(path, trusted_key=trusted_key)  # refuse a bad bundle before touching the board
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    b = read_bundle(path, trusted_key=trusted_key, allow_unsigned=allow_unsigned)  # before touching the board
+    try:
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise DeployError(f"cannot read {str(path)!r}: {e.strerror}") from None
     if sha != b.sha256:
         raise DeployError(f"{path} changed while it was being read")
     stem = re.sub(r"[^A-Za-z0-9_-]+", "-", path.stem).strip("-")[:40] or "model"
     name = f"{stem}-{sha[:12]}.bundle"
     d = remote_dir_path(remote_dir)
+    qd = shlex.quote(d)
     step = _progress(progress)
+    nonce = secrets.token_hex(4)
+    part = f"incoming/{name}.{nonce}.part"
+    marker = f"pending/{nonce}"
 
-    before = status(target, d, clean_incoming=True)
-    step(1)
-
-    part = f"{d}/incoming/{name}.{secrets.token_hex(4)}.part"
-    argv = target.scp_argv(str(path), part, bandwidth_kbps)
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=transfer_timeout, check=False,
-                           stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise DeployError(f"{target.scp!r} not found: install the OpenSSH client") from None
-    except subprocess.TimeoutExpired:
-        _cleanup(target, part)
-        raise DeployError(f"copy to {target.host} did not finish within {transfer_timeout:g} s and was "
-                          f"stopped; {before['current'] or 'no bundle'} stays active") from None
-    if p.returncode != 0:
-        _cleanup(target, part)
-        msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise DeployError(f"copy to {target.host} failed (scp exit {p.returncode}): {msg}; "
-                          f"{before['current'] or 'no bundle'} stays active")
-    step(2)
-
-    pname = shlex.quote(Path(part).name)
-    check = f'''{_SHA}
-cd {d}
-got=$(sha incoming/{pname})
-if [ "$got" != "{sha}" ]; then rm -f incoming/{pname}; echo "hash mismatch on the board: $got" >&2; exit 3; fi
-mv -f incoming/{pname} bundles/{name}
+    with BoardLock(target, d, timeout=lock_timeout) as lock:
+        prep = f'''set -e
+cd -- {qd}
+find incoming pending -type f -mmin +{STALE_MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true
+printf '%s\\n' bundles/{name} > {marker}
+{_LINKS}
+{_EDGERUN_FOUND}
 '''
-    if verify:  # check now, switch after the golden vectors; otherwise one round trip does both
-        target.run("set -e\n" + check, what="checking the copied bundle's SHA-256")
-    step(3)
+        before = _report(target, d, _kv(target.run(prep, what="preparing the deploy directory").stdout))
+        keep = before["current"] or "no bundle"
+        step(1)
+        try:
+            remote = part if d == "." else f"{d}/{part}"
+            argv = target.scp_argv(local_path_arg(path), remote, bandwidth_kbps)
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=transfer_timeout, check=False,
+                                   stdin=subprocess.DEVNULL)
+            except FileNotFoundError:
+                raise DeployError(f"{target.scp!r} not found: install the OpenSSH client") from None
+            except subprocess.TimeoutExpired:
+                raise DeployError(f"copy to {target.host} did not finish within {transfer_timeout:g} s and was "
+                                  f"stopped; {keep} stays active") from None
+            if p.returncode != 0:
+                msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+                raise DeployError(f"copy to {target.host} failed (scp exit {p.returncode}): {msg}; "
+                                  f"{keep} stays active")
+            step(2)
 
-    verified = None
-    verify_report = None
-    if verify:
-        cmd = remote_edgerun or before["edgerun"]
-        if cmd:
-            p = target.run(f"cd {d} && {cmd} run bundles/{name} --verify --json", timeout=VERIFY_TIMEOUT,
-                           what="running the golden vectors", check=False)
-            verify_report = _json_or_none(p.stdout)
-            verified = p.returncode == 0
-            if not verified:
-                _remove_unused(target, d, name)
-                detail = (p.stderr.strip().splitlines() or [p.stdout.strip()[-200:]])[-1]
-                raise DeployError(f"golden vectors failed on {target.host} (exit {p.returncode}): {detail}; "
-                                  f"{before['current'] or 'no bundle'} stays active")
-    step(4)
+            check = f'''set -e
+cd -- {qd}
+got=$(sha {part})
+if [ "$got" != "{sha}" ]; then rm -f -- {part}; echo "hash mismatch on the board: $got" >&2; exit 3; fi
+mv -f -- {part} bundles/{name}
+'''
+            if verify:  # check now, switch after the golden vectors; otherwise one round trip does both
+                target.run(_SHA + check, what="checking the copied bundle's SHA-256")
+            step(3)
 
-    script = f'''set -e
+            verified = None
+            verify_report = None
+            if verify:
+                cmd = remote_edgerun or before["edgerun"]
+                if cmd:
+                    unsigned = " --allow-unsigned" if not b.signed else ""  # only reached with allow_unsigned
+                    p = target.run(f"cd -- {qd} && {cmd} run bundles/{name} --verify --json{unsigned}",
+                                   timeout=VERIFY_TIMEOUT, what="running the golden vectors", check=False)
+                    verify_report = _json_or_none(p.stdout)
+                    said = verify_report.get("verified") if isinstance(verify_report, dict) else None
+                    verified = p.returncode == 0 and said is True
+                    if not verified:
+                        res = verify_report.get("verify") if isinstance(verify_report, dict) else None
+                        if isinstance(res, dict) and "max_abs_diff" in res:
+                            detail = (f"the board reported verified={str(said).lower()}, max abs diff "
+                                      f"{res.get('max_abs_diff')} (tolerance {res.get('tolerance')}) over "
+                                      f"{res.get('cases')} cases")
+                        elif said is False:
+                            detail = "the board reported verified=false"
+                        elif p.returncode == 0:
+                            detail = "the board's output is not an edgerun verify report"
+                        else:
+                            detail = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+                        detail = " ".join(detail.split())[:300]
+                        raise VerifyFailed(f"golden vectors failed on {target.host} (exit {p.returncode}): "
+                                           f"{detail}; {keep} stays active")
+            step(4)
+
+            if not lock.held():
+                raise DeployError(f"lost the lock on {target.host}'s deploy directory before switching; "
+                                  f"{keep} stays active")
+            script = f'''set -e
 {_RELINK}
-{"cd " + d if verify else check}
+{_GC}
+{"cd -- " + qd if verify else _SHA + check}
+test -f bundles/{name}
 old=$(readlink current 2>/dev/null || true)
 if [ "$old" != "bundles/{name}" ]; then
   if [ -n "$old" ]; then relink previous "$old"; fi
   relink current bundles/{name}
 fi
-cur=$(readlink current); prev=$(readlink previous 2>/dev/null || true)
-for f in bundles/*; do
-  [ -e "$f" ] || continue
-  if [ "$f" != "$cur" ] && [ "$f" != "$prev" ]; then rm -f "$f"; fi
-done
-echo "current=$cur"; echo "previous=$prev"
+rm -f -- {marker}
+gc
+echo "current=$(readlink current)"; echo "previous=$(readlink previous 2>/dev/null || true)"
 '''
-    kv = _kv(target.run(script, what="checking the copy and switching the current bundle").stdout)
-    step(5)
+            kv = _kv(target.run(script, what="checking the copy and switching the current bundle").stdout)
+        except BaseException:
+            _abandon(target, qd, name, part, marker)
+            raise
+        step(5)
     return {"host": target.host, "dir": before["dir"], "bundle": name, "sha256": sha,
             "current": kv.get("current") or None, "previous": kv.get("previous") or None,
-            "verified": verified, "verify": verify_report,
+            "verified": verified, "verify": verify_report, "signed": b.signed, "key": b.key_fingerprint,
             "verify_skipped": "edgerun is not installed on the board" if verify and verified is None else None}
 
 
-def rollback(target: SSHTarget, *, remote_dir: str = "edgerun") -> dict:
+def rollback(target: SSHTarget, *, remote_dir: str = "edgerun", lock_timeout: float = 300.0) -> dict:
     """Make ``previous`` current again (and the current one previous). DeployError if none."""
     d = remote_dir_path(remote_dir)
     script = f'''set -e
 {_RELINK}
-cd {d}
+cd -- {shlex.quote(d)}
 cur=$(readlink current 2>/dev/null || true); prev=$(readlink previous 2>/dev/null || true)
 if [ -z "$prev" ] || [ ! -e "$prev" ]; then echo "no previous bundle to roll back to in $(pwd)" >&2; exit 4; fi
 relink current "$prev"
 if [ -n "$cur" ] && [ -e "$cur" ]; then relink previous "$cur"; fi
 echo "current=$prev"; echo "previous=$cur"
 '''
-    kv = _kv(target.run(script, what="rolling back").stdout)
+    with BoardLock(target, d, timeout=lock_timeout, create=False):
+        kv = _kv(target.run(script, what="rolling back").stdout)
     return {"host": target.host, "dir": d, "current": kv.get("current") or None,
             "previous": kv.get("previous") or None}
 
@@ -291,20 +475,20 @@ def _progress(cb):
     return (lambda n: cb(n, _STEPS)) if cb else (lambda n: None)
 
 
-def _cleanup(target: SSHTarget, part: str) -> None:
+def _abandon(target: SSHTarget, qd: str, name: str, part: str, marker: str) -> None:
+    """After a failed deploy: remove our partial copy and marker, and the new bundle unless in use."""
+    script = f'''cd -- {qd} || exit 0
+rm -f -- {part} {marker}
+f=bundles/{name}
+[ "$(readlink current 2>/dev/null)" = "$f" ] && exit 0
+[ "$(readlink previous 2>/dev/null)" = "$f" ] && exit 0
+for m in pending/*; do if [ -f "$m" ] && [ "$(cat -- "$m")" = "$f" ]; then exit 0; fi; done
+rm -f -- "$f"
+'''
     try:
-        target.run(f"rm -f {part}", what="removing the partial copy", timeout=20)
+        target.run(script, what="removing the abandoned copy", timeout=20, check=False)
     except DeployError:
         pass  # the board may be gone; the next deploy removes stale parts
-
-
-def _remove_unused(target: SSHTarget, d: str, name: str) -> None:
-    script = f'''cd {d} && f=bundles/{name}
-[ "$(readlink current 2>/dev/null)" = "$f" ] || [ "$(readlink previous 2>/dev/null)" = "$f" ] || rm -f "$f"'''
-    try:
-        target.run(script, what="removing the unverified bundle", timeout=20, check=False)
-    except DeployError:
-        pass
 
 
 def _json_or_none(text: str):
