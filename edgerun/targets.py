@@ -1,8 +1,11 @@
 """Deployment targets and board profiles: data, in one place.
 
 ``edgerun check``, ``edgerun package``, the MCU firmware build and the flasher all read these.
-A target string is ``rpi``, ``coral``, ``jetson`` or ``mcu[:BOARD]``; each target names the
-delegates to try in priority order (edgerun's own kernels always take what is left).
+A target string is ``rpi``, ``coral``, ``jetson``, ``mcu[:BOARD]`` (edgerun's firmware on the
+board: what it accepts comes from the firmware's capability table,
+``edgerun_delegates.mcu.firmware``) or ``tflm[:BOARD]`` (TFLM on the host, sized like BOARD);
+each target names the delegates to try in priority order (edgerun's own kernels always take what
+is left).
 """
 
 from __future__ import annotations
@@ -57,21 +60,29 @@ BOARDS: dict[str, Board] = {b.name: b for b in [
 
 #: target name -> default board
 TARGETS: dict[str, str] = {"rpi": "rpi4", "coral": "coral-devboard", "jetson": "jetson-orin-nano",
-                           "mcu": "mps2-an386", "cpu": ""}
+                           "mcu": "mps2-an386", "tflm": "mps2-an386", "cpu": ""}
 
 
 @dataclass(frozen=True)
 class Target:
-    name: str  # rpi | coral | jetson | mcu | cpu
+    name: str  # rpi | coral | jetson | mcu | tflm | cpu
     board: Board | None
 
     @property
     def delegates(self) -> tuple[str, ...]:
+        if self.name == "tflm":
+            return ("tflm",)
         return self.board.delegates if self.board else ()
 
     @property
+    def firmware(self) -> bool:
+        """True for ``mcu:BOARD``: edgerun's firmware runs the model, and
+        ``edgerun_delegates.mcu.firmware_accepts(model, board)`` says whether it will load."""
+        return self.name == "mcu" and self.board is not None
+
+    @property
     def requires_full_int8(self) -> bool:
-        return self.name in ("coral", "mcu")
+        return self.name in ("coral", "mcu", "tflm")
 
     def __str__(self) -> str:
         return f"{self.name}:{self.board.name}" if self.board else self.name
@@ -112,6 +123,6 @@ def parse_target(spec: str) -> Target:
         kind = "mcu" if name == "mcu" else "linux"
         choices = sorted(k for k, v in BOARDS.items() if v.kind == kind)
         raise UsageError(f"unknown board {board!r} for target {name}; known: {', '.join(choices)}")
-    if (name == "mcu") != (b.kind == "mcu"):
+    if (name in ("mcu", "tflm")) != (b.kind == "mcu"):
         raise UsageError(f"board {board!r} is a {b.kind} board, not a {name} target")
     return Target(name, b)

@@ -8,8 +8,14 @@ Two back ends behind one delegate, which must give the same int8 bytes:
 * serial (``port=...``): edgerun's firmware on a board, or an emulated board, through
   ``edgerun_delegates.mcu.serial_backend.run_serial(port, model, inputs)``.
 
-The op table is TFLM's builtin resolver restricted to what an int8 MCU deployment uses: int8
-(and int16/int32 where TFLM's kernels take them) with static shapes.
+Two op tables, two delegate names (two targets, see edgerun/targets.py):
+
+* ``mcu`` (target ``mcu:BOARD``): edgerun's firmware. Its table is the firmware's own capability
+  table (``firmware/src/caps.h`` -> ``firmware_caps.json``, see :mod:`edgerun_delegates.mcu.firmware`,
+  which also has :func:`firmware_accepts` / :func:`board_capabilities` for whole-model limits).
+* ``tflm`` (target ``tflm[:BOARD]``): TFLM's builtin resolver restricted to what an int8 MCU
+  deployment uses (int8, and int16/int32 where TFLM's kernels take them); a batch of -1 in
+  ``shape_signature`` with a static shape is accepted, as TFLM does.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import re
 import tempfile
 
 import numpy as np
-from edgerun_delegates import _rules as r
+from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, firmware_arena_bytes  # noqa: F401
 
 from edgerun.delegate import Availability, CapabilityTable, Delegate, DelegateKernel, OpCaps, Partition
 from edgerun.errors import EdgerunError
@@ -49,7 +55,51 @@ _TFLM_OPS = {
     "TRANSPOSE": I8_32, "TRANSPOSE_CONV": I8_16, "UNIDIRECTIONAL_SEQUENCE_LSTM": I8_16, "UNPACK": I8_32,
     "ZEROS_LIKE": I8_32,
 }
-OPS = {op: OpCaps(d) for op, d in _TFLM_OPS.items()}
+
+def _static_but_batch(ctx):
+    """Static shapes; a -1 batch (dimension 0) in shape_signature over a stored shape is fine
+    (MLPerf Tiny's int8 models: signature [-1, 49, 10, 1], shape [1, 49, 10, 1])."""
+    for i in list(ctx.op.inputs) + list(ctx.op.outputs):
+        if i < 0:
+            continue
+        t = ctx.graph.tensors[i]
+        sig = t.shape_signature
+        if sig is not None and any(int(d) < 0 and (k > 0 or int(t.shape[k]) < 1) for k, d in enumerate(sig)):
+            return f"tensor '{t.name}' has a dynamic shape {list(sig)}"
+    return None
+
+
+TFLM_OPS = {op: OpCaps(d) for op, d in _TFLM_OPS.items()}
+
+
+def _firmware_op_table() -> dict[str, OpCaps]:
+    from edgerun_delegates.mcu.firmware import load_caps
+
+    def pair_rule(pairs):
+        def rule(ctx):
+            g = ctx.graph
+            ins, outs = [i for i in ctx.op.inputs], list(ctx.op.outputs)
+            if not ins or ins[0] < 0 or len(outs) != 1:
+                return "the firmware takes one output and a first input"
+            a, b = g.tensors[ins[0]], g.tensors[outs[0]]
+            if not any((p == "same" and a.dtype == b.dtype) or (p, q) == (a.dtype, b.dtype) for p, q in pairs):
+                return f"the firmware takes {' | '.join('>'.join(x) for x in pairs)}, not {a.dtype}>{b.dtype}"
+            if pairs != [["same", "same"]]:
+                for t in (a, b):
+                    if t.dtype == "int8" and not t.quantized:
+                        return f"int8 tensor '{t.name}' has no quantization"
+            return None
+        return rule
+
+    out = {}
+    for name, row in load_caps()["ops"].items():
+        pairs = [list(p) for p in row["types"]]
+        dtypes = frozenset("*" if p[0] == "same" else p[0] for p in pairs)
+        out[name] = OpCaps(dtypes, (pair_rule(pairs),), note="firmware/src/caps.h")
+    return out
+
+
+OPS = _firmware_op_table()
 
 
 def _arena_report(it) -> dict[str, int]:
@@ -119,11 +169,12 @@ class SerialKernel(DelegateKernel):
 
 
 class McuDelegate(Delegate):
-    """Config: ``port`` (serial back end; a device path or a pyserial URL), ``baud``,
-    ``arena_size`` (TFLM arena to reserve on the host)."""
+    """edgerun's firmware. Config: ``port`` (serial back end; a device path or a pyserial URL),
+    ``baud``, ``arena_size`` (without a port the partition is simulated in TFLM on the host,
+    with this arena). The op table is the firmware's (firmware/src/caps.h)."""
 
     name = "mcu"
-    capabilities = CapabilityTable("mcu", OPS, node_constraints=(r.static_shapes,))
+    capabilities = CapabilityTable("mcu", OPS)
     install_hint = "install TFLM's Python package: pip install 'edgerun[micro]' (tflite-micro)"
 
     def is_available(self) -> Availability:
@@ -153,6 +204,26 @@ class McuDelegate(Delegate):
         except ImportError as e:
             raise self.unavailable(f"tflite-micro is not installed ({e.name})") from e
         return k
+
+
+class TflmDelegate(McuDelegate):
+    """TFLM (tflite-micro) on the host, with TFLM's own op table; ``arena_size`` as for mcu."""
+
+    name = "tflm"
+    capabilities = CapabilityTable("tflm", TFLM_OPS, node_constraints=(_static_but_batch,))
+
+    def is_available(self) -> Availability:
+        try:
+            from tflite_micro.python.tflite_micro import runtime  # noqa: F401
+        except ImportError as e:
+            return Availability(False, f"tflite-micro is not installed ({e.name})")
+        return Availability(True, "TFLM on the host (tflite-micro)")
+
+    def prepare(self, partition: Partition) -> DelegateKernel:
+        try:
+            return TflmKernel(partition.to_bytes(), self.config.get("arena_size"))
+        except ImportError as e:
+            raise self.unavailable(f"tflite-micro is not installed ({e.name})") from e
 
 
 def tflm_arena(model_content: bytes, arena_size: int | None = None) -> dict[str, int]:

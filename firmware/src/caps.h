@@ -1,0 +1,38 @@
+/* The firmware's capability table: the one place that says what a board running this firmware
+ * executes. The host never keeps its own copy: firmware/tools/gen_caps.py turns this file, the
+ * limits in config.h / protocol.h / model.h and each port's board.h into
+ * delegates/mcu/firmware_caps.json (tests/test_firmware_caps.py fails when the JSON is stale), and
+ * `edgerun check|package|flash --target mcu:BOARD` read that JSON.
+ *
+ * X(code, NAME, types): the TFLite builtin operator code, its schema name, and the accepted
+ * "input0>output" tensor type pairs separated by '|' ("same>same": any type, output type equal
+ * to the input's). er_kernel_prepare refuses every op missing here and every type pair not
+ * listed for it, before the op's own shape checks. */
+#ifndef ER_CAPS_H
+#define ER_CAPS_H
+
+#define ER_OP_TABLE(X)                                   \
+    X(0, ADD, "int8>int8")                               \
+    X(1, AVERAGE_POOL_2D, "int8>int8")                   \
+    X(2, CONCATENATION, "int8>int8")                     \
+    X(3, CONV_2D, "int8>int8")                           \
+    X(4, DEPTHWISE_CONV_2D, "int8>int8")                 \
+    X(6, DEQUANTIZE, "int8>float32")                     \
+    X(9, FULLY_CONNECTED, "int8>int8")                   \
+    X(14, LOGISTIC, "int8>int8")                         \
+    X(17, MAX_POOL_2D, "int8>int8")                      \
+    X(18, MUL, "int8>int8")                              \
+    X(19, RELU, "int8>int8")                             \
+    X(21, RELU6, "int8>int8")                            \
+    X(22, RESHAPE, "same>same")                          \
+    X(25, SOFTMAX, "int8>int8")                          \
+    X(34, PAD, "int8>int8")                              \
+    X(40, MEAN, "int8>int8")                             \
+    X(43, SQUEEZE, "same>same")                          \
+    X(60, PADV2, "int8>int8")                            \
+    X(70, EXPAND_DIMS, "same>same")                      \
+    X(114, QUANTIZE, "float32>int8|int8>int8")
+
+/* option limits that are not shapes */
+#define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */
+#endif

@@ -1,0 +1,170 @@
+"""One truth for mcu:BOARD (issue 9 item 4, issue 14 item 2): the host's view of what the firmware
+runs is generated from the firmware's sources, and its prediction of COMMIT is checked against
+the posix firmware's COMMIT in both directions (models it accepts and models it refuses)."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from firmware_harness import FIRMWARE, raw_flash, tcp_firmware
+from firmware_models import mcu_small, op_models
+
+from edgerun.deploy.serial_link import DeviceError, SerialLink
+from edgerun.ir import ModelBuilder
+from edgerun.schema.reader import read_model
+from edgerun.targets import BOARDS, parse_target
+from edgerun_delegates.mcu import OPS, TFLM_OPS
+from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, load_caps
+
+REPRO = Path("/work/shared/repro")
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_caps", FIRMWARE / "tools" / "gen_caps.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_caps_json_is_generated_from_the_firmware_sources():
+    gen = _gen()
+    assert gen.OUT.read_text() == gen.render(), "stale: run python3 firmware/tools/gen_caps.py"
+
+
+def test_every_op_in_the_table_has_a_bit_exact_test_model():
+    """The table must not promise an op the kernels tests do not run (tests/test_firmware_kernels.py
+    runs every op_models() model against LiteRT)."""
+    used = set()
+    for m in list(op_models(0).values()) + [mcu_small()]:
+        model = read_model(m)
+        used |= {model.op_name(op) for op in model.main.operators}
+    assert set(load_caps()["ops"]) <= used, set(load_caps()["ops"]) - used
+
+
+def test_delegate_table_is_the_firmwares_and_tflm_is_its_own_target():
+    assert set(OPS) == set(load_caps()["ops"])
+    assert "PRELU" in TFLM_OPS
+    t = parse_target("mcu:nrf52840")
+    assert t.firmware and t.delegates == ("mcu",)
+    t = parse_target("tflm")
+    assert not t.firmware and t.delegates == ("tflm",) and t.board.name == "mps2-an386"
+    assert parse_target("tflm:nrf52840").board.flash_bytes == 384 * 1024
+
+
+def test_board_sizes_come_from_the_port_or_the_profile():
+    c = board_capabilities("mps2-an386")
+    b = BOARDS["mps2-an386"]
+    assert c["arena_bytes"] == b.ram_bytes - b.firmware_ram_bytes and c["slot_bytes"] == b.flash_bytes
+    assert c["source"].endswith("board.h")
+    n = board_capabilities("nrf52840")
+    assert n["slot_bytes"] == 384 * 1024 and n["source"] == "edgerun/targets.py"
+
+
+def _big_weights_model(nbytes):
+    b = ModelBuilder()
+    depth = 1024
+    units = nbytes // depth
+    x = b.input("x", (1, depth), "int8", (0.1, 0))
+    w = b.const("w", (np.arange(units * depth) % 255 - 127).astype(np.int8).reshape(units, depth), "int8", (0.01, 0))
+    y = b.tensor("y", (1, units), "int8", (0.5, 0))
+    b.op("FULLY_CONNECTED", [x, w], [y])
+    b.output(y)
+    return b.to_bytes()
+
+
+def test_a_model_larger_than_the_slot_is_refused_for_the_board():
+    m = _big_weights_model(400 * 1024)  # fits mps2's 1 MiB slot, not nrf52840's 384 KiB
+    assert firmware_accepts(m, "mps2-an386") == []
+    why = firmware_accepts(m, "nrf52840")
+    assert why and "flash slot" in why[0]
+
+
+def _chain(n_relu, dtype="int8"):
+    b = ModelBuilder()
+    q = (0.1, 0) if dtype == "int8" else None
+    x = b.input("x", (1, 8), dtype, q)
+    for i in range(n_relu):
+        y = b.tensor(f"t{i}", (1, 8), dtype, q)
+        b.op("RELU", [x], [y])
+        x = y
+    b.output(x)
+    return b.to_bytes()
+
+
+def _unary(op, shape, out_shape=None, q=(0.1, 0), oq=(0.1, 0), **opts):
+    b = ModelBuilder()
+    x = b.input("x", shape, "int8", q)
+    y = b.tensor("y", out_shape or shape, "int8", oq)
+    b.op(op, [x], [y], **opts)
+    b.output(y)
+    return b.to_bytes()
+
+
+def _batch_signature():
+    b = ModelBuilder()
+    x = b.input("x", (1, 49, 10, 1), "int8", (0.1, 0), shape_signature=(-1, 49, 10, 1))
+    y = b.tensor("y", (1, 49, 10, 1), "int8", (0.1, 0), shape_signature=(-1, 49, 10, 1))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    return b.to_bytes()
+
+
+def _mean(n_out):
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
+    y = b.tensor("y", (1, n_out), "int8", (0.1, 0))
+    b.op("MEAN", [x, b.const("axes", np.array([1], np.int32))], [y], keep_dims=False)
+    b.output(y)
+    return b.to_bytes()
+
+
+CASES = {
+    "mcu_small": mcu_small,
+    "conv": lambda: op_models(1)["conv_same_s2_relu6"],
+    "fc_per_channel": lambda: op_models(1)["fc_per_channel"],
+    "quant_chain": lambda: op_models(1)["quantize_requantize_dequantize"],
+    "batch_minus_one_signature": _batch_signature,
+    "chain_190": lambda: _chain(190),
+    "mean_4096": lambda: _mean(4096),
+    "arena_just_fits": lambda: _unary("RELU", (1, 1900 * 1024)),
+    # refused
+    "chain_300_tensors_ops": lambda: _chain(300),
+    "float_relu": lambda: _chain(1, "float32"),
+    "not_in_table_elu": lambda: _unary("ELU", (1, 8)),
+    "mean_4097": lambda: _mean(4097),
+    "arena_too_big": lambda: _unary("RELU", (1, 2000 * 1024)),
+    "unquantized_int8": lambda: _unary("RELU", (1, 8), q=None, oq=None),
+    "fc_units_wrap": lambda: read_bytes_or_skip("fc_wrap"),
+    "pool_dims_overflow": lambda: read_bytes_or_skip("overflow_pool"),
+}
+
+
+def read_bytes_or_skip(name):
+    p = REPRO / f"{name}.tflite"
+    if not p.exists():
+        pytest.skip(f"{p} not present")
+    return p.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory):
+    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
+    link = SerialLink(url)
+    link.hello()
+    yield link
+    link.close()
+    fw.stop()
+    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_prediction_equals_commit(device, name):
+    model = CASES[name]()
+    predicted = firmware_accepts(model, "mps2-an386")
+    try:
+        raw_flash(device, model)
+        accepted, why = True, ""
+    except DeviceError as e:
+        accepted, why = False, str(e)
+    assert (predicted == []) == accepted, f"host predicted {predicted or 'accept'}, firmware: {why or 'accepted'}"
