@@ -222,10 +222,10 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
 
 
 def unsupported_model() -> bytes:
-    """A model with an op the firmware does not run (TANH), to check the load-time error."""
+    """A model with an op the firmware does not run (ELU), to check the load-time error."""
     b = ModelBuilder()
     x = b.input("x", (1, 8), "int8", (0.05, 0))
-    y = b.tensor("y", (1, 8), "int8", (1.0 / 128, 0))
-    b.op("TANH", [x], [y])
+    y = b.tensor("y", (1, 8), "int8", (0.05, 0))
+    b.op("ELU", [x], [y])
     b.output(y)
     return b.to_bytes()

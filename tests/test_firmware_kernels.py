@@ -5,10 +5,10 @@ import hashlib
 
 import numpy as np
 import pytest
-from firmware_harness import tcp_firmware
+from firmware_harness import raw_flash, tcp_firmware
 from firmware_models import mcu_small, op_models, unsupported_model
 
-from edgerun._litert import make_interpreter
+from edgerun.litert import make_interpreter
 from edgerun.deploy.flash import flash, model_info, run_with_link
 from edgerun.deploy.serial_link import DeviceError, SerialLink
 from edgerun.errors import EdgerunError
@@ -55,8 +55,12 @@ def test_op_bit_exact_with_litert(device, name):
 def test_unsupported_op_refused_at_load_and_old_model_kept(device):
     good = MODELS["mcu_small"]
     flash(good, device.port, link=device)
-    with pytest.raises(DeviceError, match="TANH") as e:
+    # the host refuses it before sending anything (the firmware's own table says so) ...
+    with pytest.raises(EdgerunError, match="nothing was sent"):
         flash(unsupported_model(), device.port, link=device)
+    # ... and the firmware refuses it at COMMIT when it is sent anyway
+    with pytest.raises(DeviceError, match="ELU") as e:
+        raw_flash(device, unsupported_model())
     assert e.value.code == 12  # ER_ERR_UNSUPPORTED_OP
     info = model_info(device)
     assert info.sha256 == hashlib.sha256(good).hexdigest()
@@ -73,8 +77,10 @@ def test_arena_is_checked_against_ram(device):
     y = b.tensor("y", (1, 1024, 1024, 4), "int8", (0.1, 0))
     b.op("RELU", [x], [y])
     b.output(y)
-    with pytest.raises(DeviceError, match="arena"):
+    with pytest.raises(EdgerunError, match="arena"):
         flash(b.to_bytes(), device.port, link=device)
+    with pytest.raises(DeviceError, match="arena"):
+        raw_flash(device, b.to_bytes())
 
 
 def test_wrong_input_shape_is_refused_on_the_host(device):

@@ -96,6 +96,23 @@ def _open(port, baud, link, link_options=None):
     return SerialLink(port, baud, **(link_options or {})), True
 
 
+def _firmware_check(data: bytes, board: str) -> None:
+    """Refuse before any transfer what the firmware would refuse at COMMIT (its own capability
+    table, edgerun_delegates.mcu.firmware); boards the host does not know are left to COMMIT."""
+    try:
+        from edgerun_delegates.mcu.firmware import firmware_accepts
+    except ImportError:
+        return
+    from edgerun.targets import BOARDS
+
+    name = "mps2-an386" if board == "posix" else board  # the posix build runs the mps2-an386 profile
+    if name not in BOARDS or BOARDS[name].kind != "mcu":
+        return
+    why = firmware_accepts(data, name)
+    if why:
+        raise DeployError(f"the firmware on {board} would refuse this model ({'; '.join(why[:3])}); nothing was sent")
+
+
 def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult, progress, force: bool,
               max_payload: int | None) -> None:
     hello = link.hello()
@@ -105,6 +122,7 @@ def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult,
     if len(data) > hello.slot_bytes:
         raise DeployError(f"model is {len(data)} bytes; a slot on {hello.board} holds {hello.slot_bytes} "
                           "bytes: quantize it, prune it or pick a board with more flash")
+    _firmware_check(data, hello.board)
     st = link.status()
     sha = digest.hex()
     active = st.active_slot
