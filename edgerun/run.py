@@ -30,13 +30,14 @@ def require_delegates(spec) -> list[str]:
 
 
 def top_k(values: np.ndarray, k: int) -> list[tuple[int, float]]:
-    flat = values.reshape(-1)
+    flat = values.reshape(-1).astype(np.float64)
     idx = np.argsort(-flat, kind="stable")[:k]
     return [(int(i), float(flat[i])) for i in idx]
 
 
 def run(path, inputs=(), *, image_options: dict | None = None, delegates=None, compare: str | None = None,
-        profile: bool = False, k: int = 5, verify: bool = False, seed: int | None = None) -> dict:
+        profile: bool = False, k: int = 5, verify: bool = False, seed: int | None = None,
+        allow_unsigned: bool = False) -> dict:
     """Run ``path`` (model or bundle) on ``inputs`` (files; random inputs when empty).
 
     For a bundle, ``verify`` runs its golden vectors: the report's ``verified`` is the verdict.
@@ -49,7 +50,7 @@ def run(path, inputs=(), *, image_options: dict | None = None, delegates=None, c
         if compare or profile:
             raise UsageError("--compare and --profile apply to .tflite models, not bundles")
         return run_bundle(p, list(inputs), verify=verify, delegates=names if delegates is not None else None,
-                          k=k, image_options=image_options)
+                          k=k, image_options=image_options, allow_unsigned=allow_unsigned)
     if verify:
         raise UsageError(f"--verify needs a bundle (golden vectors live in bundles); {path} is not one")
     return run_model(p, list(inputs), image_options=image_options, delegates=names, compare=compare,
@@ -98,7 +99,7 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
         real = dequantize_for(d, y)
         entry = {"name": d["name"], "shape": list(y.shape), "dtype": y.dtype.name,
                  "values": real.tolist() if real.size <= 32 else None}
-        if real.ndim >= 1 and real.shape[-1] > 1 and real.size == real.shape[-1]:
+        if real.dtype.kind in "iuf" and real.ndim >= 1 and real.shape[-1] > 1 and real.size == real.shape[-1]:
             entry["top_k"] = [{"index": i, "score": s} for i, s in top_k(real, k)]
         report["outputs"].append(entry)
     if compare:
@@ -122,7 +123,7 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
 
 
 def run_bundle(path: Path, inputs: list[Path], *, verify: bool = False, delegates: list[str] | None = None,
-               k: int = 5, image_options: dict | None = None) -> dict:
+               k: int = 5, image_options: dict | None = None, allow_unsigned: bool = False) -> dict:
     """A bundle on one input file (its first golden input when none), or its golden vectors.
 
     ``delegates=None`` uses the bundle's target delegates; ``[]`` edgerun's kernels only.
@@ -132,7 +133,7 @@ def run_bundle(path: Path, inputs: list[Path], *, verify: bool = False, delegate
     if image_options:
         raise UsageError("image options (--size, --mean, ...) do not apply to bundles: a bundle carries its "
                          "own preprocessing")
-    bm = edgerun.load(path, delegates=delegates)
+    bm = edgerun.load(path, delegates=delegates, allow_unsigned=allow_unsigned)
     report: dict = {"bundle": str(path)}
     if verify:
         res = bm.verify()

@@ -369,3 +369,19 @@ def verify(bundle_model, tolerance: float | None = None) -> dict:
     return {"ok": ok, "cases": len(cases), "max_abs_diff": top["max_abs_diff"],
             "tolerance": top["tolerance"] if top["tolerance"] is not None else {},
             "delegates": bundle_model.delegates or ["edgerun"], "paths": paths}
+
+
+def check_input_arrays(model: bytes, values: list, names: list[str]) -> None:
+    """``package --golden X.npy``: each array must be the (single) model input itself, with or
+    without its batch dimension of 1; images are given as image files instead."""
+    from edgerun.schema.reader import read_model
+
+    m = read_model(model)
+    g = m.main
+    if len(g.inputs) != 1:
+        return  # one array cannot be a multi-input case; the packager says so
+    t = g.tensors[g.inputs[0]]
+    io = {"name": t.name, "shape": list(t.shape)}
+    for v, name in zip(values, names):
+        if isinstance(v, np.ndarray):
+            check_array(io, v, f"--golden {name}")

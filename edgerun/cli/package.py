@@ -41,6 +41,10 @@ def package_cli(
     golden_inputs = None
     if golden:
         golden_inputs = [load_npy(p) if p.suffix == ".npy" else str(p) for p in golden]
+        from edgerun.bundle.golden import check_input_arrays
+        from edgerun.check import model_bytes
+
+        check_input_arrays(model_bytes(model)[0], golden_inputs, [str(p) for p in golden])
     with progress("packaging", enabled=not json_out and sys.stderr.isatty()) as cb:
         path = write_bundle(model, out, target=target, labels=labels, sign_key=sign, preprocessing=spec,
                             report=report, calib_hash=hash_calibration(calib) if calib else None,

@@ -30,6 +30,8 @@ def run_cli(
                                  "must be available here (no silent CPU fallback)."),
     verify: bool = typer.Option(False, "--verify", help="Bundles: run the golden vectors and compare "
                                 "(exit 1 on a mismatch)."),
+    allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Bundles: accept an unsigned bundle "
+                                        "(refused by default; see docs/bundles.md)."),
     device: str = typer.Option(None, "--device",
                                help="Run on edgerun firmware at this serial port or URL (flashes it when needed)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
@@ -52,7 +54,7 @@ def run_cli(
 
     opts = image_options(size=size, mean=mean, std=std, scale=scale, layout=layout, channel_order=channel_order)
     report = run(model, input, image_options=opts, delegates=delegate, compare=compare, profile=profile, k=top,
-                 verify=verify)
+                 verify=verify, allow_unsigned=allow_unsigned)
     if json_out:
         emit_json(report)
     else:
@@ -81,8 +83,12 @@ def _print(report: dict) -> None:
     for r in report.get("top_k", []):
         c.print(f"  {r['label']:<24} {r['score']:.5f}")
     if "verify" in report:
+        from edgerun.cli.verify import golden_lines
+
         v = report["verify"]
-        c.print(f"verify: {'ok' if v.get('ok') else 'FAILED'}: {v}", highlight=False, markup=False)
+        c.print(f"verify: {'ok' if v.get('ok') else 'FAILED'}", highlight=False, markup=False)
+        for line in golden_lines(v):
+            c.print(line, highlight=False, markup=False, soft_wrap=True)
     if report.get("delegation"):
         from edgerun.delegate import coverage_lines
 
