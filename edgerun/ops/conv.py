@@ -313,7 +313,8 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             maxw = max(1, int(np.abs(wint).max(initial=0)))
             # float32 accumulation stays exact while taps * 128 * max|w| <= 2^24
             dtype = np.float32 if taps <= exact_chunk(128, maxw) else np.float64
-            self.pad = _PaddedInput((n, h, w, oc), pads, dtype, x_zp)
+            # the padded input stays int8 (a quarter of the memory); the products widen it
+            self.pad = _PaddedInput((n, h, w, oc), pads, np.int8, x_zp)
             self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
             if dtype == np.float32:  # taps of raw int8 inputs (|x| <= 128), summed exactly
@@ -376,7 +377,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         sh, sw = self.strides
         planes = {}
         for (py, px), shape in self.planes.items():
-            planes[(py, px)] = scratch(f"dw.phase{py}.{px}", shape, self.dtype)
+            planes[(py, px)] = scratch(f"dw.phase{py}.{px}", shape, xp.dtype)
             np.copyto(planes[(py, px)], xp[:, py::sh, px::sw, :])
         n, oh, ow, oc = self.out_shape
         if self.quantized:
