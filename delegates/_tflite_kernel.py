@@ -16,7 +16,7 @@ class LiteRtKernel(DelegateKernel):
 
     def __init__(self, model_content: bytes, *, xnnpack: bool = True, delegates=None,
                  num_threads: int | None = None):
-        from edgerun._litert import make_interpreter
+        from edgerun.litert import make_interpreter
 
         self.model_content = bytes(model_content)
         self.interp = make_interpreter(self.model_content, xnnpack=xnnpack, delegates=delegates,

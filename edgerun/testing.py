@@ -43,7 +43,7 @@ def _invoke_once(it, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 def run_litert(model: bytes, inputs: list[np.ndarray], *, reference: bool = True,
                xnnpack: bool = False) -> list[np.ndarray]:
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
 
     return _invoke_once(make_interpreter(model, reference=reference, xnnpack=xnnpack), inputs)
 

@@ -131,7 +131,7 @@ def test_int8_streaming_wakeword_models_bit_exact_every_tensor(wakeword_models, 
     variables initialised by CALL_ONCE, CONV/DEPTHWISE/FC int8, QUANTIZE to a uint8 output.
     Every integer tensor, at every step, equals LiteRT's reference kernels bit for bit."""
     from edgerun import Interpreter
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
 
     data = (wakeword_models / name).read_bytes()
     lt = make_interpreter(data, reference=True, preserve_all=True)

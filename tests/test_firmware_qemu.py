@@ -12,7 +12,7 @@ import pytest
 from firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make
 from firmware_models import mcu_small, op_models
 
-from edgerun._litert import make_interpreter
+from edgerun.litert import make_interpreter
 from edgerun.deploy import protocol as P
 from edgerun.deploy.flash import flash, model_info, run_with_link, verify_on_device
 from edgerun.deploy.serial_link import SerialLink

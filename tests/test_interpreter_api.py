@@ -7,7 +7,7 @@ from edgerun import Interpreter
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import ModelBuilder
 from edgerun.ops import Kernel, register_custom
-from edgerun._litert import make_interpreter
+from edgerun.litert import make_interpreter
 
 
 def _model(dtype="int8", dynamic=False) -> bytes:

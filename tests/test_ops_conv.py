@@ -388,7 +388,7 @@ def test_small_cnn_int8_and_float():
     fmodel = _small_cnn("float32")
     compare_with_litert(fmodel, [xf])
     # calibrate every tensor from the float model's intermediate values
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
 
     it = make_interpreter(fmodel, reference=True, preserve_all=True)
     it.allocate_tensors()

@@ -97,7 +97,7 @@ def test_mean_int8_extreme_inputs():
 
 def test_sum_int8_matches_litert_optimized_within_one_lsb():
     """LiteRT's optimized int8 SUM reads int8 correctly but rounds in float: within 1 LSB."""
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
 
     rng = np.random.default_rng(3)
     for shape, axes, keep in CASES[:4]:

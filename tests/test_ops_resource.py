@@ -4,7 +4,7 @@ import numpy as np
 
 from edgerun import Interpreter
 from edgerun.ir import ModelBuilder, Subgraph
-from edgerun._litert import make_interpreter
+from edgerun.litert import make_interpreter
 
 
 def _accumulator_model() -> bytes:

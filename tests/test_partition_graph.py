@@ -122,7 +122,7 @@ def test_property_groups_convex_connected_acyclic(case):
 # ---------------------------------------------------------------------------------------------
 class RefKernel(DelegateKernel):
     def __init__(self, part, want=None):
-        from edgerun._litert import make_interpreter
+        from edgerun.litert import make_interpreter
 
         self.it = make_interpreter(part.to_bytes(), reference=True)
         self.it.allocate_tensors()

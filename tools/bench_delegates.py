@@ -47,7 +47,7 @@ def mobilenet_like(size=96, width=16, blocks=5, seed=1, softmax=True) -> bytes:
 
 
 def bench(model: bytes, runs: int, threads: int | None, **config) -> dict:
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     from edgerun.delegate import coverage, get_delegate
     from edgerun.runtime.interpreter import Interpreter
     from edgerun.testing import random_inputs

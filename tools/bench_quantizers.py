@@ -160,7 +160,7 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
     src.write_bytes(float_tflite)
     n_cal = int(round(len(calib_nhwc) * 0.8))
     cal, held = calib_nhwc[:n_cal], calib_nhwc[n_cal:]
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     fit = make_interpreter(float_tflite, xnnpack=False)
     fit.allocate_tensors()
 

@@ -30,7 +30,7 @@ def evaluate(int8_model: Path, onnx_model: Path = ROOT / "models" / "digits_cnn.
              test: Path = ROOT / "models" / "digits_test.npz") -> dict:
     import onnxruntime as ort
 
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     from edgerun.runtime.interpreter import Interpreter
 
     with np.load(test) as z:

@@ -50,7 +50,7 @@ class EdgeTpuDelegate(Delegate):
         import ctypes
 
         try:
-            from edgerun._litert import interpreter_module
+            from edgerun.litert import interpreter_module
             interpreter_module()
         except Exception as e:  # noqa: BLE001  (any LiteRT import failure means: not available)
             return Availability(False, str(e))
@@ -70,7 +70,7 @@ class EdgeTpuDelegate(Delegate):
 
     def load(self):
         """LiteRT's delegate object for libedgetpu (``load_delegate``); raises DelegateUnavailableError."""
-        from edgerun._litert import interpreter_module
+        from edgerun.litert import interpreter_module
 
         mod = interpreter_module()
         opts = {"device": self.config["device"]} if self.config.get("device") else {}

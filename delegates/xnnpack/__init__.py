@@ -61,7 +61,7 @@ class XnnpackDelegate(Delegate):
 
     def is_available(self) -> Availability:
         try:
-            from edgerun._litert import interpreter_module
+            from edgerun.litert import interpreter_module
             mod = interpreter_module()
         except Exception as e:  # noqa: BLE001  (DelegateUnavailableError or a broken install)
             return Availability(False, str(e))

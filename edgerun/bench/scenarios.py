@@ -69,7 +69,7 @@ class Runner:
             it = Interpreter(model_content=model, num_threads=num_threads, delegates=delegates or None)
             self.kernel_path = KERNEL_PATHS[engine] + (f", delegates {','.join(delegates)}" if delegates else "")
         else:
-            from edgerun._litert import make_interpreter
+            from edgerun.litert import make_interpreter
 
             it = make_interpreter(model, xnnpack=(engine == "litert-xnnpack"), num_threads=num_threads)
             self.kernel_path = KERNEL_PATHS[engine]

@@ -28,11 +28,11 @@ Schema (format_version 1.x; a reader refuses any other major version)::
 from __future__ import annotations
 
 import json
-import math
 import re
 
 import numpy as np
 
+from edgerun._util import to_jsonable
 from edgerun.bundle.archive import check_name
 from edgerun.errors import BundleError
 
@@ -90,20 +90,8 @@ def loads(data: bytes) -> dict:
 
 
 def jsonable(obj):
-    """numpy values and tuples to plain JSON types; non-finite floats to strings."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return jsonable(obj.item())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
+    """numpy values and tuples to plain JSON types; non-finite floats to strings (``"nan"``)."""
+    return to_jsonable(obj, nonfinite="string")
 
 
 # --- validation -------------------------------------------------------------------------------

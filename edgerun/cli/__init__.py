@@ -72,9 +72,9 @@ def _wants_json(argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _limit_blas_threads(argv)
-    import edgerun._litert
+    import edgerun.litert
 
-    edgerun._litert.QUIET_NATIVE_LOGS = True  # no stray "INFO: Created ... XNNPACK delegate" lines
+    edgerun.litert.QUIET_NATIVE_LOGS = True  # no stray "INFO: Created ... XNNPACK delegate" lines
     try:
         app = build_app()
     except ModuleNotFoundError as e:  # the CLI extras are missing

@@ -6,21 +6,7 @@ import json
 import sys
 from contextlib import contextmanager
 
-import numpy as np
-
-
-def to_jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, type):
-        return obj.__name__
-    return obj
+from edgerun._util import to_jsonable
 
 
 def emit_json(obj) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from edgerun.cli._util import (CHANNEL_ORDER_OPT, MEAN_OPT, SCALE_OPT, SIZE_OPT, STD_OPT, console, emit_json,
-                               progress)
+                               progress, to_jsonable)
 from edgerun.errors import CHECK_FAILED
 
 
@@ -74,11 +74,11 @@ def convert_cli(
     if report is not None and _is_html(report):
         from edgerun.bench.report import write_convert_report
 
-        write_convert_report(_jsonable(d), report)
+        write_convert_report(to_jsonable(d), report)
     elif report is not None:
-        report.write_text(json.dumps(_jsonable(d), indent=2) + "\n")
+        report.write_text(json.dumps(to_jsonable(d), indent=2) + "\n")
     if json_out:
-        emit_json(_jsonable(d))
+        emit_json(to_jsonable(d))
     else:
         c = console()
         for w in rep.warnings:
@@ -88,17 +88,6 @@ def convert_cli(
                 soft_wrap=True)
     if not rep.ok:  # budget not met, float output off the source model: the check failed
         raise typer.Exit(CHECK_FAILED)
-
-
-def _jsonable(obj):
-    import math
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def register(app: typer.Typer) -> None:

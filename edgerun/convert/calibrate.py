@@ -401,7 +401,7 @@ def collect(float_model: bytes, source: CalibrationSource, indices, *, batch_siz
                 return obs, True
             except Exception:  # a corrupt cache entry: recalibrate
                 pass
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
 
     it = make_interpreter(float_model, xnnpack=False, preserve_all=True)
     it.allocate_tensors()

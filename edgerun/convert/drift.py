@@ -121,7 +121,7 @@ class Int8Runner:
     """
 
     def __init__(self, model: bytes, preserve_all: bool = False, kernels: str = "litert"):
-        from edgerun._litert import make_interpreter
+        from edgerun.litert import make_interpreter
         if kernels == "edgerun" and not preserve_all:
             from edgerun.runtime.interpreter import Interpreter
             self.it = Interpreter(model_content=model)
@@ -165,7 +165,7 @@ def output_drift(reference, int8_model: bytes, source, indices, out_names, progr
 def layer_drift(float_model: bytes, int8_model: bytes, source, indices, progress=None,
                 kept_float: set[str] | frozenset = frozenset()) -> list[LayerDrift]:
     """Per-layer SQNR: each int8 op output against the float graph's tensor of the same name."""
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     from edgerun.schema.reader import read_model
 
     fit = make_interpreter(float_model, xnnpack=False, preserve_all=True)

@@ -113,7 +113,7 @@ def load_frontend(path: Path, data: bytes, input_shape, input_layout: str, prepr
         raise UsageError("--input-shape applies to ONNX models; a TFLite model's shapes are fixed")
     g = tflite_to_graph(data)
     in_perms = [tuple(range(len(g.tensors[i].shape))) for i in g.inputs]
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     ref_it = make_interpreter(data, xnnpack=False)
     ref_it.allocate_tensors()
 
@@ -183,7 +183,7 @@ def float_check(reference, float_bytes: bytes, source, idx, out_names, progress)
     The check fails when an output differs by more than ``FLOAT_RTOL`` of its largest magnitude
     plus ``FLOAT_ATOL``.
     """
-    from edgerun._litert import make_interpreter
+    from edgerun.litert import make_interpreter
     from edgerun.convert import drift
 
     it = make_interpreter(float_bytes, xnnpack=False)
@@ -388,7 +388,7 @@ def validate_in_litert(model: bytes, timeout: float = 120.0) -> str:
 
 
 def _litert_smoke(model: bytes) -> None:
-    import edgerun._litert as lr
+    import edgerun.litert as lr
 
     lr.QUIET_NATIVE_LOGS = False  # keep LiteRT's own message: it is the error we report
     ref = lr.make_interpreter(model, reference=True)

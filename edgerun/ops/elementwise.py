@@ -51,6 +51,7 @@ from edgerun.ops.fixedpoint import (
     quantize_multiplier,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
+    wrap32,
 )
 from edgerun.ops.quantize import trunc_to_int32
 from edgerun.ops.registry import Kernel, register
@@ -68,10 +69,6 @@ _FLOAT_ACT = {Activation.NONE: (-_FLT_MAX, _FLT_MAX), Activation.RELU: (0.0, _FL
               Activation.RELU6: (0.0, 6.0), Activation.RELU_N1_TO_1: (-1.0, 1.0)}
 _INT32_ACT = {Activation.NONE: None, Activation.RELU: (0, QRANGE["int32"][1]),
               Activation.RELU6: (0, 6), Activation.RELU_N1_TO_1: (-1, 1)}
-
-
-def _wrap32(x):
-    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
 def _mbqm(x, multiplier, shift):
@@ -383,7 +380,7 @@ class Int8Sqrt(_Int8Unary):
         real = _F32(self.si) * (q - self.zi).astype(np.float32)
         with np.errstate(invalid="ignore"):
             y = np.sqrt(real) / _F32(self.so)
-        return _wrap32(trunc_to_int32(y) + self.zo)
+        return wrap32(trunc_to_int32(y) + self.zo)
 
 
 @register("RSQRT", "int8")

@@ -69,7 +69,8 @@ def rounding_divide_by_pot(x, exponent) -> np.ndarray:
     return (x >> exponent) + (remainder > threshold)
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """int64 values wrapped to int32 two's complement (C's int32 overflow), still int64."""
     return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
@@ -79,7 +80,7 @@ def multiply_by_quantized_multiplier(x, multiplier, shift) -> np.ndarray:
     shift = np.asarray(shift, dtype=np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(_wrap32(x << left), multiplier), right)
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(wrap32(x << left), multiplier), right)
 
 
 def requantize(acc, multiplier, shift, zero_point: int, qmin: int, qmax: int, dtype=np.int8) -> np.ndarray:
@@ -113,7 +114,7 @@ def saturating_rounding_multiply_by_pot(x, exponent: int) -> np.ndarray:
     if exponent < 0:
         return rounding_divide_by_pot(x, -exponent)
     threshold = (1 << (31 - exponent)) - 1
-    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, _wrap32(x << exponent)))
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, wrap32(x << exponent)))
 
 
 def rounding_half_sum(a, b) -> np.ndarray:
@@ -128,10 +129,10 @@ def one_over_one_plus_x_for_x_in_0_1(a) -> np.ndarray:
     srdhm = saturating_rounding_doubling_high_mul
     half_denominator = rounding_half_sum(a, INT32_MAX)  # F0::One() is INT32_MAX
     one_f2 = 1 << 29
-    x = _wrap32(1515870810 + srdhm(half_denominator, -1010580540))  # 48/17 - 32/17 * d, in Q2.29
+    x = wrap32(1515870810 + srdhm(half_denominator, -1010580540))  # 48/17 - 32/17 * d, in Q2.29
     for _ in range(3):
-        one_minus = _wrap32(one_f2 - srdhm(half_denominator, x))
-        x = _wrap32(x + saturating_rounding_multiply_by_pot(srdhm(x, one_minus), 2))
+        one_minus = wrap32(one_f2 - srdhm(half_denominator, x))
+        x = wrap32(x + saturating_rounding_multiply_by_pot(srdhm(x, one_minus), 2))
     # ExactMulByPot<-1> keeps the raw value (Q2.29 -> Q1.30), Rescale<0> shifts left by 1, saturating.
     return saturating_rounding_multiply_by_pot(x, 1)
 
@@ -142,7 +143,7 @@ def get_reciprocal(x, x_integer_digits: int):
     headroom_plus_one = count_leading_zeros32(x)
     num_bits_over_unit = x_integer_digits - headroom_plus_one
     shifted = ((x & 0xFFFFFFFF) << headroom_plus_one) & 0xFFFFFFFF
-    shifted_sum_minus_one = _wrap32(shifted - (1 << 31))
+    shifted_sum_minus_one = wrap32(shifted - (1 << 31))
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
 
 
@@ -199,10 +200,10 @@ def get_inv_sqrt_quantized_multiplier_exp(x, reverse_shift: int):
     r = np.full(inp.shape, 1 << 28, dtype=np.int64)  # F3::One()
     for _ in range(5):
         x3 = saturating_rounding_multiply_by_pot(srdhm(srdhm(r, r), r), 6)
-        r = saturating_rounding_multiply_by_pot(_wrap32(srdhm(half_three, r) - srdhm(fp_half_input, x3)), 3)
+        r = saturating_rounding_multiply_by_pot(wrap32(srdhm(half_three, r) - srdhm(fp_half_input, x3)), 3)
     r = srdhm(r, 1518500250)  # * sqrt(2)/2
     neg = shift < 0
-    r = np.where(neg, _wrap32(r << np.where(neg, -shift, 0)), r)
+    r = np.where(neg, wrap32(r << np.where(neg, -shift, 0)), r)
     shift = np.where(neg, 0, shift) * reverse_shift
     return np.where(small, INT32_MAX, r), np.where(small, 0, shift)
 
@@ -233,13 +234,13 @@ def exp_on_interval_between_negative_one_quarter_and_0_excl(a) -> np.ndarray:
     srdhm = saturating_rounding_doubling_high_mul
     constant_term = 1895147668  # exp(-1/8)
     constant_1_over_3 = 715827883
-    x = _wrap32(np.asarray(a, dtype=np.int64) + (1 << 28))
+    x = wrap32(np.asarray(a, dtype=np.int64) + (1 << 28))
     x2 = srdhm(x, x)
     x3 = srdhm(x2, x)
     x4 = srdhm(x2, x2)
     x4_over_4 = rounding_divide_by_pot(x4, 2)
-    poly = rounding_divide_by_pot(_wrap32(srdhm(_wrap32(x4_over_4 + x3), constant_1_over_3) + x2), 1)
-    return _wrap32(constant_term + srdhm(constant_term, _wrap32(x + poly)))
+    poly = rounding_divide_by_pot(wrap32(srdhm(wrap32(x4_over_4 + x3), constant_1_over_3) + x2), 1)
+    return wrap32(constant_term + srdhm(constant_term, wrap32(x + poly)))
 
 
 # exp(-2^k) in Q0.31, k = -2 .. 4: the barrel shifter of exp_on_negative_values
@@ -291,12 +292,12 @@ def log_x_for_x_greater_than_or_equal_to_1(a, input_integer_bits: int, output_in
     z_pow_2_adj = np.maximum(z_a_pow_2_adj, z_b_pow_2_adj)
 
     p = rounding_half_sum(r, sqrt_sqrt_half)
-    q = _wrap32(r - sqrt_sqrt_half)
-    q = _wrap32(q + q)
+    q = wrap32(r - sqrt_sqrt_half)
+    q = wrap32(q + q)
     common_sq = srdhm(q, q)
-    num = _wrap32(srdhm(q, r) + srdhm(srdhm(q, common_sq), alpha_n))
-    denom_minus_one_0 = _wrap32(srdhm(p, _wrap32(alpha_i + q + srdhm(alpha_d, common_sq))) + srdhm(alpha_f, q))
+    num = wrap32(srdhm(q, r) + srdhm(srdhm(q, common_sq), alpha_n))
+    denom_minus_one_0 = wrap32(srdhm(p, wrap32(alpha_i + q + srdhm(alpha_d, common_sq))) + srdhm(alpha_f, q))
     recip_denom = one_over_one_plus_x_for_x_in_0_1(denom_minus_one_0)
     num_scaled = rescale(num, 0, accum_bits)
-    total = _wrap32(srdhm(z_pow_2_adj, log_2) + srdhm(num_scaled, recip_denom))
+    total = wrap32(srdhm(z_pow_2_adj, log_2) + srdhm(num_scaled, recip_denom))
     return rescale(total, accum_bits, output_integer_bits)

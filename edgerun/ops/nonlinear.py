@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from edgerun._util import round_half_away
 from edgerun.ops.common import INT8_BY_BITS, TableEval, int8_table, qparams, scratch
 from edgerun.ops.fixedpoint import (
     INT32_MIN,
@@ -41,12 +42,6 @@ from edgerun.ops.registry import Kernel, register
 _F32 = np.float32
 
 
-def _round_half_away(v: np.ndarray) -> np.ndarray:
-    """C ``roundf``: halves away from zero (float64 keeps v + 0.5 exact for float32 v)."""
-    v = np.asarray(v, dtype=np.float64)
-    return np.copysign(np.floor(np.abs(v) + 0.5), v)
-
-
 def _f32_ratio(*factors_then_divisor: float) -> float:
     """a * b * ... / d evaluated left to right in float32, as C++ does on ``float`` scales."""
     *factors, divisor = factors_then_divisor
@@ -62,7 +57,7 @@ def _int8_lut(s_in: float, zp_in: int, s_out: float, zp_out: int, fn) -> np.ndar
     x = _F32(s_in) * (q - zp_in).astype(_F32)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         y = fn(x)
-    scaled = _round_half_away(y * (_F32(1.0) / _F32(s_out)))
+    scaled = round_half_away(y * (_F32(1.0) / _F32(s_out)))
     out = np.clip(scaled + zp_out, -128, 127).astype(np.int8)
     lut = np.empty(256, dtype=np.int8)
     lut[q.astype(np.uint8)] = out
@@ -348,8 +343,8 @@ class Prelu(TableEval, Kernel):
     s_in*s_alpha/s_out. alpha must be int8 with per-tensor quantization.
 
     With a constant alpha the int8 output depends only on the pair (alpha, x): prepare tabulates
-    the exact arithmetic over all 256 x 256 pairs (one 256-entry row when alpha holds a single
-    value) and eval looks up ``table[alpha_bits << 8 | x_bits]``.
+    the exact arithmetic for every distinct alpha value over the 256 x values (one 256-entry row
+    per value) and eval looks up ``table[row(alpha) << 8 | x_bits]``.
     """
 
     def prepare(self):
@@ -379,9 +374,10 @@ class Prelu(TableEval, Kernel):
                 a = np.asarray(a, np.int8)
                 if a.size and (a == a.flat[0]).all():  # one alpha value: a 256-entry table
                     self.lut = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
-                else:  # row r of the table is alpha with bit pattern r
-                    self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], INT8_BY_BITS[:, None])).reshape(-1)
-                    self.row_offsets = a.view(np.uint8).astype(np.uint16) << 8
+                else:  # one 256-entry row per distinct alpha value
+                    values, rows = np.unique(a, return_inverse=True)
+                    self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], values[:, None])).reshape(-1)
+                    self.row_offsets = rows.reshape(a.shape).astype(np.uint16) << 8
         return [tuple(shape)]
 
     def exact(self, x: np.ndarray, alpha) -> np.ndarray:

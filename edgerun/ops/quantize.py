@@ -37,10 +37,6 @@ def trunc_to_int32(x) -> np.ndarray:
     return np.where(bad, -(1 << 31), np.trunc(np.where(bad, 0, x))).astype(np.int64)
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
-    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-
-
 _BITS = {"int8": np.uint8, "uint8": np.uint8, "int16": np.uint16}
 
 

@@ -18,19 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgerun._util import round_half_away
 from edgerun.ops.common import apply_float_activation, qparams, quantized_activation_range
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema import tflite
 from edgerun.schema.tflite import Activation, DimensionType, MirrorPadMode
 
 _SHAPE_DTYPES = ("float32", "int8", "int32", "int64")
-
-
-def round_half_away(v: np.ndarray) -> np.ndarray:
-    """std::round on float32 values (half away from zero), as int64; exact: the +-0.5 is added in
-    float64, where it cannot round."""
-    v = np.asarray(v, np.float64)
-    return np.trunc(v + np.copysign(0.5, v)).astype(np.int64)
 
 
 def _ints(ctx, i: int, what: str) -> list[int] | None:
@@ -223,7 +217,7 @@ class Concatenation(Kernel):
                     continue
                 s, b, zp = r
                 v = (x.astype(np.float32) + np.float32(128)) * s + b
-                q = round_half_away(v) + zp
+                q = round_half_away(v).astype(np.int64) + zp
                 xs.append((np.clip(q, 0, 255) - 128).astype(np.int8))
         if self.scalars:
             y = np.stack([np.asarray(x) for x in xs])

@@ -10,7 +10,7 @@ interpreter keeps two totals per instance:
   ``MemAvailable``, else half the physical memory, else 4 GiB); ``Interpreter(memory_budget=...)``
   or the environment variable ``EDGERUN_MEMORY_BUDGET`` (bytes, or with a K/M/G suffix) set it.
 * **work**: subgraph runs started by control flow (IF, WHILE: each WHILE iteration runs its
-  condition and its body) during one call from the main graph, counted across nesting.
+  condition and its body) during one ``invoke``, counted across nesting.
   Default 1,000,000 (about 10 s of the smallest loop body; a streaming model's loop over its
   frames runs thousands at most); ``Interpreter(work_budget=...)`` or ``EDGERUN_WORK_BUDGET`` set it.
 
@@ -97,12 +97,12 @@ class MemoryBudget:
         if total > self.limit:
             raise ModelFormatError(
                 f"subgraph {runner.index}: {what} brings the model to {_fmt(total)} ({total} bytes), over "
-                f"the interpreter's memory budget of {_fmt(self.limit)}; raise it with "
+                f"the interpreter's memory budget of {_fmt(self.limit)} ({self.limit} bytes); raise it with "
                 f"Interpreter(memory_budget=...) or {MEMORY_ENV} if the model is meant to be this large")
 
 
 class WorkBudget:
-    """Subgraph runs control flow may start during one call from the main graph (all nesting)."""
+    """Subgraph runs control flow may start during one invoke (all nesting included)."""
 
     def __init__(self, limit: int | str | None = None):
         self.limit = default_work_budget() if limit is None else parse_size(limit, "work_budget")
