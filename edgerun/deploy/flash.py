@@ -22,13 +22,18 @@ from pathlib import Path
 import numpy as np
 
 from edgerun.deploy import protocol as P
-from edgerun.deploy.serial_link import DEFAULT_BAUD, DeviceError, SerialLink
+from edgerun.deploy.serial_link import DEFAULT_BAUD, BadReply, DeviceError, SerialLink, fields
 from edgerun.errors import DeployError, EdgerunError, InputMismatchError, LinkError, ModelFormatError
 
 #: times flash() reopens a link that failed mid-transfer before giving up
 RECONNECTS = 3
 #: seconds to wait before reopening a failed link (a USB CDC port re-enumerating, a relay restarting)
 RECONNECT_DELAY_S = 0.2
+#: DATA acknowledgements without progress (or offset resyncs) tolerated before giving up
+MAX_STALLS = 16
+#: a flash may take this long plus FLASH_TIME_FACTOR times the transfer's time on the wire
+FLASH_TIME_BASE_S = 120.0
+FLASH_TIME_FACTOR = 20.0
 
 
 @dataclass
@@ -46,6 +51,7 @@ class FlashResult:
     reconnects: int = 0
     seconds: float = 0.0
     arena_bytes: int = 0
+    time_limit: float = 0.0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -86,7 +92,9 @@ def model_bytes(bundle_or_model) -> tuple[bytes, object | None]:
         from edgerun.bundle import read_bundle
     except ImportError:  # pragma: no cover - bundles are part of edgerun
         raise ModelFormatError(f"{path} is not a .tflite model and bundles are not available") from None
-    bundle = read_bundle(path)
+    # the firmware checks the model's SHA-256; the signature policy of edgerun.load (refuse unsigned)
+    # is not applied to serial flashing yet
+    bundle = read_bundle(path, allow_unsigned=True)
     return bytes(bundle.model), bundle
 
 
@@ -114,7 +122,14 @@ def _firmware_check(data: bytes, board: str) -> None:
 
 
 def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult, progress, force: bool,
-              max_payload: int | None) -> None:
+              max_payload: int | None, deadline: float) -> None:
+    port = link.port
+
+    def check_time(phase: str) -> None:
+        if time.monotonic() > deadline:
+            raise BadReply(f"{port}: flashing took longer than its {result.time_limit:.0f} s limit "
+                           f"({phase}); the previous model stays active")
+
     hello = link.hello()
     if max_payload:
         link.max_payload = max(P.MIN_PAYLOAD, min(link.max_payload, max_payload))
@@ -133,7 +148,11 @@ def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult,
             progress(len(data), len(data))
         return
     reply = link.request(P.CMD_BEGIN, P.BEGIN.pack(len(data), digest, P.SLOT_NONE))
-    slot, resumed, _, received = P.BEGIN_REPLY.unpack_from(reply)
+    slot, resumed, _, received = fields("BEGIN", P.BEGIN_REPLY, reply, port)
+    if slot >= P.SLOT_COUNT or slot == active or resumed not in (0, 1) or received > len(data) or \
+            (received and not resumed):
+        raise BadReply(f"{port}: BEGIN answered slot {slot} (active {active}), resumed={resumed}, {received} of "
+                       f"{len(data)} bytes held; not a valid answer")
     result.slot = slot
     if resumed and received:
         result.resumed_from = max(result.resumed_from, received)
@@ -141,36 +160,65 @@ def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult,
     offset = received
     if progress:
         progress(offset, len(data))
+    stalls = resyncs = 0
     while offset < len(data):
+        check_time(f"at byte {offset} of {len(data)}")
         piece = data[offset:offset + chunk]
         try:
             reply = link.request(P.CMD_DATA, P.DATA_HEADER.pack(offset) + piece)
         except DeviceError as e:
             if e.code != P.ERR_BAD_OFFSET:
                 raise
+            resyncs += 1
+            if resyncs > MAX_STALLS:
+                raise BadReply(f"{port}: the device refused the transfer offset {resyncs} times; "
+                               "the previous model stays active") from None
             st = link.status()  # the device holds something else than we thought: resync
-            offset = st.slots[slot].received
+            new = st.slots[slot].received
+            if new > len(data):
+                raise BadReply(f"{port}: STATUS says slot {slot} holds {new} bytes of a {len(data)}-byte "
+                               "model") from None
+            offset = new
             continue
-        (acked,) = P.DATA_HEADER.unpack_from(reply)
+        (acked,) = fields("DATA", P.DATA_HEADER, reply, port)
+        if acked > offset + len(piece) or acked > len(data):
+            raise BadReply(f"{port}: the device acknowledged byte {acked} after being sent up to "
+                           f"{offset + len(piece)}; not a valid answer")
+        if acked <= offset:  # no progress (a device that always acks 0 would loop for ever)
+            stalls += 1
+            if stalls > MAX_STALLS:
+                raise BadReply(f"{port}: the device acknowledged no progress {stalls} times in a row (stuck at "
+                               f"byte {acked} of {len(data)}); the previous model stays active")
+        else:
+            stalls = 0
         offset = acked
         if progress:
             progress(offset, len(data))
+    check_time("before the device's hash check")
     reply = link.request(P.CMD_END, digest)
+    if len(reply) < P.SHA256_SIZE:
+        raise BadReply(f"{port}: short END answer ({len(reply)} bytes, expected {P.SHA256_SIZE})")
     if reply[:32] != digest:
         raise DeployError(f"device hashed the slot as {reply[:32].hex()}, expected {sha}")
     reply = link.request(P.CMD_COMMIT, P.COMMIT.pack(slot, digest))
-    active_slot, arena = P.ACTIVE_REPLY.unpack_from(reply)
+    active_slot, arena = fields("COMMIT", P.ACTIVE_REPLY, reply, port)
+    if active_slot != slot:
+        raise BadReply(f"{port}: COMMIT of slot {slot} answered active slot {active_slot}")
     result.slot, result.arena_bytes = active_slot, arena
 
 
 def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *, force: bool = False,
           link: SerialLink | None = None, max_payload: int | None = None,
-          link_options: dict | None = None) -> FlashResult:
+          link_options: dict | None = None, time_limit: float | None = None) -> FlashResult:
     """Flash a bundle (or a .tflite) to the firmware on ``port``; returns a :class:`FlashResult`.
 
     ``progress(done, total)`` is called with the bytes the device has acknowledged.
     ``max_payload`` caps the frame size below what the device offers (noisy links);
     ``link_options`` go to :class:`SerialLink` (``retries``, ``ack_timeout``).
+    ``time_limit`` bounds the whole flash in seconds (default: FLASH_TIME_BASE_S plus
+    FLASH_TIME_FACTOR times the payload's time on the wire); every reply is length- and
+    range-checked, and a device that acknowledges no progress MAX_STALLS times in a row is given
+    up on, so a misbehaving device ends in one LinkError line, never a loop or a traceback.
     """
     data, _ = model_bytes(bundle_or_model)
     if len(data) < 8 or data[4:8] != b"TFL3":
@@ -178,6 +226,10 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
     digest = hashlib.sha256(data).digest()
     result = FlashResult(port=port, board="", slot=-1, size=len(data), sha256=digest.hex())
     t0 = time.monotonic()
+    if time_limit is None:
+        time_limit = FLASH_TIME_BASE_S + FLASH_TIME_FACTOR * len(data) * 10.0 / max(int(baud), 1)
+    result.time_limit = float(time_limit)
+    deadline = t0 + time_limit
     own_link = link is None
     lk = link
     stats = []  # (LinkStats, snapshot at start) per link used: a shared link has history
@@ -187,13 +239,13 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
             try:
                 if lk is None:
                     lk = SerialLink(port, baud, **(link_options or {}))
-                _transfer(lk, data, digest, result, progress, force, max_payload)
+                _transfer(lk, data, digest, result, progress, force, max_payload, deadline)
                 break
-            except DeviceError:
+            except (DeviceError, BadReply):
                 raise
             except LinkError:
                 # the link dropped (or never opened): reopen and resume from what the device holds
-                if not own_link or result.reconnects >= RECONNECTS:
+                if not own_link or result.reconnects >= RECONNECTS or time.monotonic() > deadline:
                     raise
                 if lk is not None:
                     stats.append((lk.stats, base))
@@ -220,14 +272,19 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
 
 def _tensor_info(rec) -> TensorInfo:
     typ, ndim, _, nbytes, scale, zp, *dims = P.IO_RECORD.unpack(rec)
-    if typ not in P.TYPE_DTYPES or ndim > P.MAX_DIMS:
-        raise LinkError(f"device describes a tensor of type {typ} and rank {ndim}")
+    if typ not in P.TYPE_DTYPES or ndim > P.MAX_DIMS or any(d < 0 for d in dims[:ndim]):
+        raise BadReply(f"device describes a tensor of type {typ}, rank {ndim}, dims {dims[:ndim]}")
+    n = 1
+    for d in dims[:ndim]:
+        n *= d
+    if n * np.dtype(P.TYPE_DTYPES[typ]).itemsize != nbytes:
+        raise BadReply(f"device describes a {P.TYPE_DTYPES[typ]} tensor of shape {dims[:ndim]} as {nbytes} bytes")
     return TensorInfo(P.TYPE_DTYPES[typ], tuple(dims[:ndim]), nbytes, scale, zp)
 
 
 def model_info(link: SerialLink) -> DeviceModel:
     p = link.request(P.CMD_MODEL_INFO)
-    n_in, n_out, _, arena, size, sha = P.MODEL_INFO_HEADER.unpack_from(p)
+    n_in, n_out, _, arena, size, sha = fields("MODEL_INFO", P.MODEL_INFO_HEADER, p, link.port)
     recs = [p[P.MODEL_INFO_HEADER_SIZE + i * P.IO_RECORD_SIZE:][:P.IO_RECORD_SIZE] for i in range(n_in + n_out)]
     if any(len(r) != P.IO_RECORD_SIZE for r in recs):
         raise LinkError("short MODEL_INFO answer")
@@ -252,7 +309,7 @@ def run_with_link(link: SerialLink, inputs, info: DeviceModel | None = None) -> 
         raw = np.ascontiguousarray(x).astype(x.dtype.newbyteorder("<"), copy=False).tobytes()
         for off in range(0, len(raw), chunk):
             link.request(P.CMD_SET_INPUT, P.IO_HEADER.pack(i, off) + raw[off:off + chunk])
-    us, _ = P.INVOKE_REPLY.unpack_from(link.request(P.CMD_INVOKE))
+    us, _ = fields("INVOKE", P.INVOKE_REPLY, link.request(P.CMD_INVOKE), link.port)
     outs = []
     chunk = link.max_payload
     for i, to in enumerate(info.outputs):
@@ -347,7 +404,7 @@ def rollback(port: str, baud: int = DEFAULT_BAUD, *, link: SerialLink | None = N
     lk, own = _open(port, baud, link)
     try:
         lk.hello()
-        slot, arena = P.ACTIVE_REPLY.unpack_from(lk.request(P.CMD_ROLLBACK))
+        slot, arena = fields("ROLLBACK", P.ACTIVE_REPLY, lk.request(P.CMD_ROLLBACK), lk.port)
         return {"port": port, "slot": slot, "arena_bytes": arena}
     finally:
         if own:
@@ -413,7 +470,9 @@ def device_run_report(model_path, port: str, inputs=(), *, verify: bool = False,
             flashed = flash(data, port, baud, progress, link=link).to_dict()
             info = model_info(link)
         if inputs:
-            xs = [np.load(str(p)) for p in inputs]
+            from edgerun.inputs import load_npy
+
+            xs = [load_npy(p) for p in inputs]
         else:
             from edgerun.testing import random_inputs
 

@@ -36,6 +36,19 @@ SLOW_COMMANDS = {P.CMD_BEGIN: LONG_TIMEOUT_S, P.CMD_END: LONG_TIMEOUT_S, P.CMD_C
                  P.CMD_ROLLBACK: LONG_TIMEOUT_S, P.CMD_INVOKE: INVOKE_TIMEOUT_S, P.CMD_RESET: LONG_TIMEOUT_S}
 
 
+class BadReply(LinkError):
+    """The device answered with a frame that breaks the protocol (too short, a field out of range,
+    no progress). Not retried by reconnecting: the device, not the link, misbehaves."""
+
+
+def fields(name: str, layout, payload: bytes, port: str = "the device") -> tuple:
+    """Unpack a reply record, refusing one shorter than its layout (one-line BadReply)."""
+    if len(payload) < layout.size:
+        raise BadReply(f"{port}: short {name} answer ({len(payload)} bytes, expected {layout.size}); "
+                       "not edgerun firmware, or a broken one?")
+    return layout.unpack_from(payload)
+
+
 class DeviceError(LinkError):
     """The device answered a request with an error frame (code and message from the firmware)."""
 
@@ -187,12 +200,13 @@ class SerialLink:
     # -- commands -------------------------------------------------------------------------------
     def hello(self) -> Hello:
         p = self.request(P.CMD_HELLO)
-        if len(p) < P.HELLO_SIZE:
-            raise LinkError(f"{self.port}: short HELLO answer ({len(p)} bytes); not edgerun firmware?")
-        (proto, fw, maxp, _, arena, slot, flash, active, nslots, _, board) = P.HELLO.unpack_from(p)
+        (proto, fw, maxp, _, arena, slot, flash, active, nslots, _, board) = fields("HELLO", P.HELLO, p, self.port)
         if proto != P.PROTO_VERSION:
             raise LinkError(f"{self.port}: firmware speaks protocol {proto}, this host {P.PROTO_VERSION}; "
                             "update the firmware or edgerun")
+        if nslots != P.SLOT_COUNT or (active != P.SLOT_NONE and active >= P.SLOT_COUNT) or maxp < P.MIN_PAYLOAD:
+            raise BadReply(f"{self.port}: HELLO describes {nslots} slots, active slot {active}, frames of {maxp} "
+                           f"bytes; this host expects {P.SLOT_COUNT} slots and frames of at least {P.MIN_PAYLOAD}")
         self.max_payload = max(P.MIN_PAYLOAD, min(maxp, P.MAX_PAYLOAD))
         return Hello(proto, f"{fw >> 8}.{fw & 0xFF}", maxp, arena, slot, flash,
                      None if active == P.SLOT_NONE else active, nslots,
@@ -202,10 +216,14 @@ class SerialLink:
         p = self.request(P.CMD_STATUS)
         need = P.STATUS_HEADER_SIZE + P.SLOT_COUNT * P.STATUS_SLOT_SIZE
         if len(p) < need:
-            raise LinkError(f"{self.port}: short STATUS answer ({len(p)} bytes)")
+            raise BadReply(f"{self.port}: short STATUS answer ({len(p)} bytes, expected {need})")
         (active,) = P.STATUS_HEADER.unpack_from(p)
+        if active != P.SLOT_NONE and active >= P.SLOT_COUNT:
+            raise BadReply(f"{self.port}: STATUS names active slot {active}; the device has {P.SLOT_COUNT}")
         slots = []
         for i in range(P.SLOT_COUNT):
             st, size, received, sha = P.STATUS_SLOT.unpack_from(p, P.STATUS_HEADER_SIZE + i * P.STATUS_SLOT_SIZE)
+            if st not in (P.SLOT_EMPTY, P.SLOT_RECEIVING, P.SLOT_VERIFIED) or received > size:
+                raise BadReply(f"{self.port}: STATUS slot {i} is in state {st} with {received} of {size} bytes")
             slots.append(SlotStatus(st, size, received, sha.hex()))
         return Status(None if active == P.SLOT_NONE else active, slots)
