@@ -3,7 +3,7 @@
 
     python tools/bench.py                          # the whole corpus, 30 timed rounds
     python tools/bench.py --only mlperf --rounds 50
-    python tools/bench.py --write docs/benchmarks.md --profile 2
+    python tools/bench.py --write docs/benchmarks.md --profile 2   # into the latency section
 
 Each engine runs in its own worker process (so peak memory does not depend on which engine ran
 first), all on one thread (OPENBLAS_NUM_THREADS=1, LiteRT num_threads=1). The coordinator
@@ -323,9 +323,21 @@ def main() -> int:
         cmd = " ".join(["python", "tools/bench.py"] + sys.argv[1:])
         section = (f"\n### Corpus run, {stamp}\n\nMachine: {machine()}. Load average {load0:.1f} at the start, "
                    f"{load1:.1f} at the end. Command: `{cmd}`.\n\n{table}\n")
-        with open(args.write, "a") as f:
-            f.write(section)
+        _insert_section(args.write, section)
     return 0
+
+
+def _insert_section(path: Path, section: str, heading: str = "## Interpreter latency vs LiteRT") -> None:
+    """Insert ``section`` at the end of the ``heading`` section of a markdown file (appended to
+    the file when the heading is missing)."""
+    text = path.read_text() if path.exists() else ""
+    start = text.find(heading)
+    if start < 0:
+        path.write_text(text + section)
+        return
+    nxt = text.find("\n## ", start + len(heading))
+    at = len(text) if nxt < 0 else nxt + 1
+    path.write_text(text[:at].rstrip("\n") + "\n" + section + "\n" + text[at:])
 
 
 if __name__ == "__main__":
