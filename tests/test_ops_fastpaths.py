@@ -288,11 +288,15 @@ def test_conv_int8_blocks_match_litert(monkeypatch, spec_args):
     conv_spec(shape, oc, kh, kw, stride=stride, padding=pad, seed=oc).run_int8(seed=oc)
 
 
-@pytest.mark.parametrize("shape,dm,stride", [((2, 30, 20, 12), 1, (1, 1)), ((1, 65, 52, 8), 2, (2, 2))])
+@pytest.mark.parametrize("shape,dm,stride", [
+    ((2, 30, 20, 12), 1, (1, 1)),  # batch 2
+    ((1, 65, 52, 8), 2, (2, 2)),   # depth multiplier, stride phases
+    ((1, 20, 64, 32), 1, (1, 1)),  # weight tiles of 16 x 32 values, narrower than OW
+])
 def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride):
-    """Row blocks of a few rows (and a short last one) through the tap loop, batch 2 included."""
+    """Row blocks of a few rows (and a short last one) through the tap loop."""
     from edgerun.ops.conv import DepthwiseConv2D
 
-    monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 26 * 16 * 3)  # three output rows per block (or 4 of the first)
+    monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 26 * 16 * 3)  # a few output rows per block
     monkeypatch.setattr(Requantizer, "BLOCK", 100)
     dw_spec(shape, dm, 3, 3, stride=stride, seed=dm).run_int8(seed=dm)

@@ -327,11 +327,20 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         self.strides = (sh, sw)
         hp, wp = h + pt + pb, w + pl + pr
         wf = np.asarray(wdata, dtype).reshape(kh, kw, oc)
-        self.taps = []  # (stride phase, first row, first column, weights tiled over OW)
+        # Tap weights are tiled along OW so that the products run long inner loops: float32 over
+        # the whole row; int8 (row blocks viewed as (rows, OW / tw, tw, C)) only tw times, the
+        # least divisor of OW giving >= 512 values, which keeps the copies small
+        self.tw = ow
+        if self.quantized:
+            self.tw = next((t for t in range(1, ow + 1) if ow % t == 0 and t * oc >= 512), ow)
+        self.taps = []  # (stride phase, first row, first column, weights tiled over OW or tw)
         for ky in range(kh):
             for kx in range(kw):
                 y0, x0 = ky * dh, kx * dw
-                self.taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, np.tile(wf[ky, kx], ow)))
+                wt = np.tile(wf[ky, kx], self.tw)
+                if self.quantized:
+                    wt = wt.reshape(self.tw, oc)
+                self.taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, wt))
         self.planes = {}  # stride phase -> its shape (the data lives in scratch buffers)
         if (sh, sw) != (1, 1):
             for py, px in sorted({t[0] for t in self.taps}):
@@ -388,19 +397,20 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             for b in range(n):
                 for y0 in range(0, oh, bh):
                     rows = min(bh, oh - y0)
-                    shape = (rows, ow, oc)
+                    shape = (rows, ow // self.tw, self.tw, oc)
                     acc = scratch("dw.acc", shape, self.acc_dtype)
                     tmp = scratch("dw.tmp", shape, self.acc_dtype)
                     for i, (phase, ty, tx, wt) in enumerate(self.taps):
                         src = planes[phase] if planes else xp
-                        # (rows, OW, C) slice: each row's OW*C values are contiguous, one inner loop
-                        xs = src[b, y0 + ty:y0 + ty + rows, tx:tx + ow, :]
+                        # (rows, OW, C) slice viewed as (rows, OW / tw, tw, C): no copy, and the
+                        # (tw, C) weight tile makes the inner loop tw * C values long
+                        xs = src[b, y0 + ty:y0 + ty + rows, tx:tx + ow, :].reshape(shape)
                         if i == 0:
-                            np.multiply(xs, wt.reshape(ow, oc), out=acc)
+                            np.multiply(xs, wt, out=acc)
                         else:
-                            np.multiply(xs, wt.reshape(ow, oc), out=tmp)
+                            np.multiply(xs, wt, out=tmp)
                             acc += tmp
-                    self.requant(acc, self.bias, out=out[b, y0:y0 + rows])
+                    self.requant(acc.reshape(rows, ow, oc), self.bias, out=out[b, y0:y0 + rows])
             return [out]
         shape = (n, oh, ow * oc)
         # float32 output: the sum is returned, so it gets its own array
