@@ -176,8 +176,8 @@ def _bench_plots(rep: dict) -> list[tuple[str, str, str]]:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
     names = list(engines)
     x = np.arange(len(names))
-    for i, q in enumerate(("p50", "p90", "p99")):
-        axes[0].bar(x + (i - 1) * 0.27, [engines[e]["latency_ms"][q] for e in names], 0.27, label=q)
+    for i, (q, col) in enumerate(zip(("p50", "p90", "p99"), ("#c7c7c7", "#7f7f7f", "#3a3a3a"))):
+        axes[0].bar(x + (i - 1) * 0.27, [engines[e]["latency_ms"][q] for e in names], 0.27, label=q, color=col)
     axes[0].set_xticks(x, names, fontsize=8)
     axes[0].set_ylabel("latency (ms)")
     axes[0].legend(fontsize=8)
@@ -224,6 +224,9 @@ def bench_html(rep: dict, base: Path | None = None) -> str:
                      f"idle power {'subtracted' if en.get('idle_subtracted') else 'not subtracted'}.</p>")
     else:
         parts.append(f'<p class="note">Energy: {html.escape(en.get("message") or "not measured")}.</p>')
+    th = rep.get("thermal") or {}
+    if th.get("message"):
+        parts.append(f'<p class="note">Thermal: {html.escape(th["message"])}.</p>')
     for heading, b64, caption in _bench_plots(rep):
         parts.append(f"<h2>{html.escape(heading)}</h2>{_img(b64, heading)}"
                      + (f'<div class="note">{caption}</div>' if caption else ""))

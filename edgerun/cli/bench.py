@@ -57,6 +57,8 @@ def print_table(report: dict, title: str, c=None) -> None:
         c.print("thermal: max " + (f"{th['max_temp_c']:.1f} C" if th.get("max_temp_c") is not None else "? C")
                 + (f", CPU clock {mhz['min']:.0f}-{mhz['max']:.0f} MHz" if mhz else "")
                 + (", THROTTLED" if th.get("throttled") else ", no throttling seen"), highlight=False)
+    elif th.get("message"):
+        c.print(f"thermal: {th['message']}", highlight=False)
     for w in report.get("warnings", []):
         c.print(f"[bold red]WARNING:[/bold red] {w}", highlight=False, soft_wrap=True)
 
