@@ -101,6 +101,10 @@ def fill_light(model, seed: int = 0):
     m = copy.deepcopy(model)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     rng = np.random.default_rng(seed)
+    role = {}
+    for n in m.graph.node:
+        if n.op_type == "BatchNormalization":
+            role.update({n.input[1]: "scale", n.input[4]: "var"})
     keep, new = [], []
     for n in m.graph.node:
         if n.op_type == "ConstantOfShape" and n.input[0] in inits:
@@ -108,9 +112,9 @@ def fill_light(model, seed: int = 0):
             if len(shape) >= 2:
                 fan_in = int(np.prod(shape[1:]))
                 a = rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))
-            elif "var" in n.output[0].lower():
+            elif role.get(n.output[0]) == "var":
                 a = rng.uniform(0.5, 1.5, shape)
-            elif "scale" in n.output[0].lower() or "gamma" in n.output[0].lower() or "_s_" in n.output[0]:
+            elif role.get(n.output[0]) == "scale":
                 a = rng.uniform(0.8, 1.2, shape)
             else:
                 a = rng.uniform(-0.1, 0.1, shape)
@@ -126,6 +130,7 @@ def fill_light(model, seed: int = 0):
                 and x.name not in {i.name for i in new}]
         for x in drop:
             coll.remove(x)
+    m.ir_version = max(m.ir_version, 4)  # IR 3 wants every initializer listed as a graph input
     onnx.checker.check_model(m)
     return m
 

@@ -227,3 +227,20 @@ def _softmax(L, n):
     perm = v.perm if v.perm[-1] == axis else tuple(p for p in v.perm if p != axis) + (axis,)
     x = L.get(n.input[0], perm)
     L.emit(op, [x], [L.new_out(n.output[0], perm)], **opts)
+
+
+@lowers("Shrink")
+def _shrink(L, n):
+    """y = x - bias where x > lambd, x + bias where x < -lambd, else 0."""
+    lambd, bias = float(L.attr(n, "lambd", 0.5)), float(L.attr(n, "bias", 0.0))
+    v = L.val(n.input[0])
+    if L.dtype(n.output[0]) != "float32":
+        raise L.unsupported("Shrink of an integer tensor")
+    x = L.get(n.input[0])
+    hi = tmp(L, "CAST", [tmp(L, "GREATER", [x, scalar(L, lambd, "lambd")], x, "gt", dtype="bool")], x, "gt_f")
+    lo = tmp(L, "CAST", [tmp(L, "LESS", [x, scalar(L, -lambd, "neg_lambd")], x, "lt", dtype="bool")], x, "lt_f")
+    a = tmp(L, "MUL", [tmp(L, "SUB", [x, scalar(L, bias, "bias")], x, "xmb", fused_activation_function=0), hi], x,
+            "upper", fused_activation_function=0)
+    b = tmp(L, "MUL", [tmp(L, "ADD", [x, scalar(L, bias, "bias2")], x, "xpb", fused_activation_function=0), lo], x,
+            "lower", fused_activation_function=0)
+    L.emit("ADD", [a, b], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)

@@ -124,6 +124,8 @@ def _via_2d(L, n, fn):
 def _conv(L, n):
     if L.val(n.input[0]).rank == 3:
         return _via_2d(L, n, _conv)
+    if L.val(n.input[0]).rank == 5:
+        return _conv_3d(L, n)
     v = _spatial_4d(L, n)
     w = np.asarray(L.cval(n.input[1], "weight"), np.float32)
     bias = np.asarray(L.cval(n.input[2], "bias"), np.float32) if len(n.input) > 2 and n.input[2] else None
@@ -165,6 +167,67 @@ def _conv(L, n):
                                L.g.const(f"{out}_g{i}_bias", bias[i * og:(i + 1) * og])], [t], **opts)
             outs.append(t)
         L.emit("CONCATENATION", outs, [L.new_out(out, NHWC[4])], axis=3, fused_activation_function=0)
+
+
+def _conv_3d(L, n):
+    """A 3-D convolution as one 2-D convolution over depth-stacked channels.
+
+    For output depth ``o`` the kernel sees input depths ``o*sd + k*dd`` (k < kd) of the depth-padded
+    input. One GATHER along depth collects them, giving (N, Do*kd, H, W, C); a RESHAPE and TRANSPOSE
+    make (N*Do, H, W, C*kd) with channel ``c*kd + k``, so the weights (Cout, Cin/g, kd, kh, kw) reshape
+    to (Cout, Cin/g*kd, kh, kw) and groups stay contiguous. A 2-D Conv over (H, W) then gives
+    (N*Do, Ho, Wo, Cout), which is the NDHWC output. Every op used has float and int8 kernels.
+    """
+    import onnx
+    v = L.val(n.input[0])
+    if v.const is not None:
+        raise L.unsupported("a constant data input")
+    w = np.asarray(L.cval(n.input[1], "weight"), np.float32)  # (Cout, Cin/g, kd, kh, kw)
+    N, C, D, H, W = v.shape
+    out = n.output[0]
+    _, cout, Do, Ho, Wo = L.shapes[out]
+    k = list(w.shape[2:])
+    s = list(L.attr(n, "strides", [1, 1, 1]))
+    d = list(L.attr(n, "dilations", [1, 1, 1]))
+    pb, pe = _pads(L, n, [D, H, W], k, s, d, [Do, Ho, Wo])
+    x = L.get(n.input[0], NHWC[5])  # (N, D, H, W, C)
+    Dp = D + pb[0] + pe[0]
+    if pb[0] or pe[0]:
+        t = L.g.tensor(out + "_dpad", (N, Dp, H, W, C))
+        L.emit("PAD", [x, L.g.const(out + "_dpads", np.array([[0, 0], [pb[0], pe[0]], [0, 0], [0, 0], [0, 0]],
+                                                             np.int32))], [t])
+        x = t
+    idx = np.array([o * s[0] + j * d[0] for o in range(Do) for j in range(k[0])], np.int32)
+    g1 = L.g.tensor(out + "_taps", (N, Do * k[0], H, W, C))
+    L.emit("GATHER", [x, L.g.const(out + "_tap_idx", idx)], [g1], axis=1, batch_dims=0)
+    r1 = L.g.tensor(out + "_taps5", (N * Do, k[0], H, W, C))
+    L.emit("RESHAPE", [g1, L.g.const(out + "_taps5_shape", np.array((N * Do, k[0], H, W, C), np.int32))], [r1],
+           new_shape=[N * Do, k[0], H, W, C])
+    t1 = L.g.tensor(out + "_tapsT", (N * Do, H, W, C, k[0]))
+    L.emit("TRANSPOSE", [r1, L.g.const(out + "_tapsT_perm", np.array([0, 2, 3, 4, 1], np.int32))], [t1])
+    a = out + "_as2d_in"
+    L.shapes[a] = (N * Do, C * k[0], H, W)
+    t2 = L.g.tensor(a, (N * Do, H, W, C * k[0]))
+    L.emit("RESHAPE", [t1, L.g.const(a + "_shape", np.array((N * Do, H, W, C * k[0]), np.int32))], [t2],
+           new_shape=[N * Do, H, W, C * k[0]])
+    L.vals[a] = Value(a, L.shapes[a], tensor=t2, perm=NHWC[4])
+    wn = out + "_as2d_w"
+    w2 = w.reshape(w.shape[0], w.shape[1] * k[0], k[1], k[2])
+    L.vals[wn] = Value(wn, w2.shape, const=w2)
+    ins = [a, wn] + ([n.input[2]] if len(n.input) > 2 and n.input[2] else [])
+    b = out + "_as2d"
+    L.shapes[b] = (N * Do, cout, Ho, Wo)
+    sub = onnx.helper.make_node("Conv", ins, [b], name=b, strides=s[1:], dilations=d[1:],
+                                pads=[pb[1], pb[2], pe[1], pe[2]], group=int(L.attr(n, "group", 1)),
+                                kernel_shape=k[1:])
+    node = L.node
+    L.node = sub
+    _conv(L, sub)
+    L.node = node
+    y = L.get(b, NHWC[4])
+    oshape = _perm_shape(L.shapes[out], NHWC[5])
+    L.emit("RESHAPE", [y, L.g.const(out + "_shape", np.array(oshape, np.int32))], [L.new_out(out, NHWC[5])],
+           new_shape=list(oshape))
 
 
 @lowers("ConvTranspose")

@@ -136,11 +136,11 @@ def _binary(L, n):
         return
     perm = _layout_for(L, [a, b], rank)
     # fold per-channel affine constants into a preceding conv / gemm
-    if n.op_type in ("Add", "Sub", "Mul", "Div") and L.is_const(b) and not L.is_const(a) and L.val(a).rank == rank:
+    if n.op_type in ("Add", "Sum", "Sub", "Mul", "Div") and L.is_const(b) and not L.is_const(a) and L.val(a).rank == rank:
         ch = _channel_const(L, n, L.cval(b), L.val(a).perm, rank)
         if ch is not None:
             mul = add = None
-            if n.op_type == "Add":
+            if n.op_type in ("Add", "Sum"):
                 add = ch
             elif n.op_type == "Sub":
                 add = -ch
@@ -150,7 +150,8 @@ def _binary(L, n):
                 mul = 1.0 / ch
             if (mul is not None or add is not None) and _fold_affine_into_producer(L, a, mul, add, out):
                 return
-    op = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Max": "MAXIMUM", "Min": "MINIMUM"}[n.op_type]
+    op = {"Add": "ADD", "Sum": "ADD", "Sub": "SUB", "Mul": "MUL", "Div": "DIV", "Max": "MAXIMUM",
+          "Min": "MINIMUM"}[n.op_type]
     if op == "DIV" and L.is_const(b) and L.dtype(out) == "float32":
         c = np.asarray(L.cval(b), np.float32)
         if np.all(c != 0):

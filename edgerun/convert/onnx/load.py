@@ -40,17 +40,84 @@ def upgrade(model) -> tuple[object, list[str]]:
                                             "ops are not supported")
     if opset >= TARGET_OPSET:
         return model, []
-    from onnx import version_converter
+    if opset < 7:
+        model = _prelu_channel_slopes(model)
     try:
-        up = version_converter.convert_version(model, TARGET_OPSET)
+        up = _convert_version(model)
     except Exception as first:  # the converter raises bare RuntimeError / ValueError / IndexError
         try:
-            up = version_converter.convert_version(_fixups(model), TARGET_OPSET)
+            up = _convert_version(_fixups(model))
         except Exception:
             raise ConversionError(f"cannot upgrade the ONNX model from opset {opset} to {TARGET_OPSET}: "
                                   f"{str(first).splitlines()[0][:200]}; re-export it with opset "
                                   f"{TARGET_OPSET} or newer") from None
     return up, [f"ONNX opset {opset} upgraded to {TARGET_OPSET} in memory (onnx.version_converter)"]
+
+
+def _convert_version(model):
+    """onnx.version_converter without carrying large float weights through its C++ round trip: they
+    are set aside (the adapters only read small shape / axes constants) and put back afterwards."""
+    import copy
+
+    import onnx
+    from onnx import version_converter
+    big = [i for i in model.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE,
+                                                                 onnx.TensorProto.FLOAT16)
+           and int(np.prod(i.dims)) > 4096]
+    if not big:
+        return version_converter.convert_version(model, TARGET_OPSET)
+    names = {i.name for i in big}
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    keep = [i for i in light.graph.initializer if i.name not in names]
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(keep)
+    listed = {i.name for i in light.graph.input}
+    for i in big:  # a dangling name would fail the converter's checks: list it as a graph input
+        if i.name not in listed:
+            light.graph.input.append(onnx.helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)))
+    up = version_converter.convert_version(light, TARGET_OPSET)
+    extra = {i.name for i in big} - listed
+    inputs = [i for i in up.graph.input if i.name not in extra]
+    del up.graph.input[:]
+    up.graph.input.extend(inputs)
+    up.graph.initializer.extend(copy.copy(i) for i in big)
+    return up
+
+
+def _prelu_channel_slopes(model):
+    """Before opset 7, PRelu applied a 1-D slope per channel (axis 1); from 7 on it broadcasts
+    numpy-style (along the last axis), and the version converter leaves the slope as it is. A 1-D
+    constant slope of the channel count becomes (C, 1, ..., 1), which means the same at any opset."""
+    import copy
+
+    import onnx
+    from onnx import numpy_helper
+    users = [n for n in model.graph.node if n.op_type == "PRelu" and len(n.input) > 1]
+    inits = {i.name: i for i in model.graph.initializer}
+    if not any(n.input[1] in inits for n in users):
+        return model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - shape inference is an optional help here
+        return model
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in list(inferred.graph.value_info)
+             + list(inferred.graph.input) if vi.type.tensor_type.HasField("shape")}
+    m = copy.deepcopy(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    for n in users:
+        slope, r = inits.get(n.input[1]), ranks.get(n.input[0], 0)
+        if slope is None or r <= 2:
+            continue
+        a = numpy_helper.to_array(slope)
+        if a.ndim == 1 and a.size > 1:
+            slope.CopyFrom(numpy_helper.from_array(a.reshape((a.size,) + (1,) * (r - 2)), slope.name))
+            for vi in m.graph.input:
+                if vi.name == slope.name:
+                    del vi.type.tensor_type.shape.dim[:]
+                    for dd in (a.size,) + (1,) * (r - 2):
+                        vi.type.tensor_type.shape.dim.add().dim_value = dd
+    return m
 
 
 def _fixups(model):
@@ -112,6 +179,8 @@ def parse_input_shapes(spec) -> dict:
             out[name] = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
         except ValueError:
             raise ConversionError(f"--input-shape '{part}': expected NAME:D0,D1,... (integers)") from None
+        if not out[name] or not all(1 <= d <= 2 ** 31 - 1 for d in out[name]):
+            raise ConversionError(f"--input-shape '{part}': every dimension must be an integer from 1 to 2^31-1")
     return out
 
 
@@ -180,7 +249,7 @@ def session(model, providers=("CPUExecutionProvider",), optimize=True):
     """An ONNX Runtime session over ``model`` (a ModelProto)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors reach the user as ConversionError, not as log lines
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = 1

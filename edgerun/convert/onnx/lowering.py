@@ -215,7 +215,9 @@ def _fuse_activation(L, n, act) -> bool:
     if v.const is not None or not L.single_use(src) or v.views:
         return False
     op = _through_reshape(L, v.tensor)
-    if op is None or op.op not in FUSABLE or op.options.get("fused_activation_function", 0) != 0:
+    # LiteRT's CONCATENATION refuses a fused activation at prepare ("params->activation != kTfLiteActNone")
+    if (op is None or op.op not in FUSABLE or op.op == "CONCATENATION"
+            or op.options.get("fused_activation_function", 0) != 0):
         return False
     op.options["fused_activation_function"] = act
     L.g.rename(v.tensor, n.output[0])
@@ -338,8 +340,16 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
 
     model, notes = upgrade(model)
     opset = default_opset(model)
+    _refuse_shape_inputs(model, opset)
     pinned = pin_shapes(model, input_shapes)
     values = probe(model, pinned)
+    for node in model.graph.node:
+        for o in node.output:
+            if o in values and not isinstance(values[o], np.ndarray):
+                raise UnsupportedOpError(f"ONNX {node.op_type}", None,
+                                         detail=f"node '{node.name or o}' (opset {opset}): its output '{o}' is a "
+                                                "sequence or map; TFLite has tensors only (unroll the sequence "
+                                                "in the exporting code)")
     shapes = {k: tuple(v.shape) for k, v in values.items()}
     consts: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for name, shp in pinned.items():
@@ -419,6 +429,27 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
     _collapse_reshapes(L.g)
     _check_float(L.g)
     return L.g, io
+
+
+#: (op, input position) pairs whose value is a shape, size or index bound: static in TFLite
+_SHAPE_OPERANDS = {("Reshape", 1), ("Expand", 1), ("Tile", 1), ("ConstantOfShape", 0), ("Range", 0), ("Range", 1),
+                   ("Range", 2), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4), ("Resize", 1),
+                   ("Resize", 2), ("Resize", 3), ("Upsample", 1), ("TopK", 1), ("Pad", 1), ("Split", 1),
+                   ("Squeeze", 1), ("Unsqueeze", 1), ("OneHot", 1), ("SplitToSequence", 1)}
+
+
+def _refuse_shape_inputs(model, opset) -> None:
+    """A model input that is used as a shape (Reshape's shape, Expand's shape ...) would make the TFLite
+    model's shapes depend on run-time data; say so instead of failing somewhere later."""
+    from edgerun.convert.onnx.load import real_inputs
+    names = {i.name for i in real_inputs(model)}
+    for node in model.graph.node:
+        for pos, name in enumerate(node.input):
+            if name in names and (node.op_type, pos) in _SHAPE_OPERANDS:
+                raise UnsupportedOpError(f"ONNX {node.op_type}", None,
+                                         detail=f"node '{node.name or node.output[0]}' (opset {opset}): its input "
+                                                f"{pos} is the model input '{name}', a shape given at run time; "
+                                                "TFLite shapes are static: make it a constant in the model")
 
 
 def _collapse_reshapes(g: Graph) -> None:

@@ -31,7 +31,7 @@ def _gemm(L, n):
     if ta or L.is_const(n.input[0]) or not L.is_const(n.input[1]):
         return _matmul_general(L, n, ta, tb, alpha, beta)
     B = np.asarray(L.cval(n.input[1]), np.float32)
-    w = (B if tb else B.T) * alpha
+    w = (B if tb else B.T) * alpha if alpha != 1.0 else (B if tb else B.T)
     bias = None
     if len(n.input) > 2 and n.input[2]:
         c = np.asarray(L.cval(n.input[2], "C"), np.float32) * beta

@@ -11,7 +11,11 @@ from edgerun.convert.onnx.lowering import (NHWC, Value, _ident, _layout_for, _op
 
 @lowers("Identity", "Dropout")
 def _identity(L, n):
+    """A relabelling. Dropout at inference passes its input through; its optional mask output is
+    all true, a constant (so whatever reads it folds)."""
     v = L.val(n.input[0])
+    if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1]:
+        L.vals[n.output[1]] = Value(n.output[1], v.shape, const=np.ones(v.shape, np.bool_))
     if v.const is not None:
         L.vals[n.output[0]] = Value(n.output[0], v.shape, const=v.const)
     else:
