@@ -75,8 +75,9 @@ def bench_cli(
     delegate: str = typer.Option(None, "--delegate", help="edgerun delegates in priority order, e.g. xnnpack."),
     scenario: str = typer.Option("single-stream", "--scenario", help="MLPerf scenario: single-stream "
                                  "(latency, p90 headline) or offline (throughput)."),
-    min_duration: float = typer.Option(1.0, "--min-duration", help="Minimum seconds per engine (MLPerf's "
-                                       "own rules use 600)."),
+    min_duration: float = typer.Option(None, "--min-duration", help="Minimum seconds per engine (default: 1 "
+                                       "with a power source, for enough power samples; else 0; MLPerf's rules "
+                                       "use 600)."),
     batch: int = typer.Option(1, "--batch", help="Offline: samples per invoke (grows the input's batch dim)."),
     power_source: str = typer.Option("auto", "--power-source", help="auto (best found), none, or a source "
                                      "name such as powercap:intel-rapl:0 or hwmon:ina3221:VDD_IN."),
@@ -128,6 +129,8 @@ def bench_cli(
         loadgen_dir = report_path.with_suffix(".mlperf")
     dl = [d.strip() for d in delegate.split(",")] if delegate else None
     source, found = select(power_source, meter=power_meter, power_w=power_w)
+    if min_duration is None:
+        min_duration = 1.0 if source is not None else 0.0
     tel = Telemetry(source, ThermalProbe(), interval=interval)
     with progress("benchmarking", enabled=not json_out) as cb:
         report = benchmark(model.read_bytes(), runs=runs, warmup=warmup, num_threads=threads, engines=names,
