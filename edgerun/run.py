@@ -105,7 +105,11 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
     if compare:
         from edgerun.testing import run_litert
 
-        want = run_litert(data, xs, reference=True)
+        try:
+            want = run_litert(data, xs, reference=True)
+        except (ValueError, RuntimeError) as e:  # LiteRT refuses models edgerun runs (op versions, ...)
+            raise EdgerunError(f"--compare litert: LiteRT cannot run this model: {str(e).strip().splitlines()[0]}") \
+                from None
         report["compare_litert"] = [
             {"name": d["name"], "max_abs_diff": float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
              if g.size else 0.0}

@@ -25,7 +25,11 @@ def random_inputs(details: list[dict], seed: int = 0, float_range=(-3.0, 3.0)) -
         elif dt.kind == "b":
             out.append(rng.integers(0, 2, size=shape).astype(bool))
         else:
-            raise TypeError(f"cannot make random data of dtype {dt}")
+            from edgerun.errors import InputMismatchError
+
+            what = "string or int4" if dt == object else str(dt)
+            raise InputMismatchError(f"input {d.get('name', '?')!r} takes {what} data, which edgerun cannot make "
+                                     "random values for; give an input file")
     return out
 
 

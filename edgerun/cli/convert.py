@@ -57,8 +57,11 @@ def convert_cli(
     differ from the source model's by more than the tolerance.
     """
     # fmt: on
+    from edgerun._fs import check_output
     from edgerun.convert import convert
     from edgerun.preprocess import spec_from_options
+
+    check_output(output, model, what="output")  # never overwrite the model being converted
 
     pre = None
     if any(v is not None for v in (size, mean, std, scale, channel_order)):

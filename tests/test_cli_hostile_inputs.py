@@ -1,0 +1,202 @@
+"""Hostile and careless inputs through the installed console script (issue 11, traceback root causes
+in the CLI input path): each ends in one `error:` line on stderr and a non-zero exit, never a Python
+traceback; a valid model (GREATER with a bool output) gives the right answer."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgerun.ir import ModelBuilder
+
+REPO = Path(__file__).resolve().parents[1]
+REPRO = REPO.parent / "shared" / "repro"
+if not REPRO.is_dir():
+    REPRO = Path("/work/shared/repro")
+EDGERUN = shutil.which("edgerun")
+pytestmark = pytest.mark.skipif(EDGERUN is None, reason="the edgerun console script is not installed")
+
+
+def cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
+    return subprocess.run([EDGERUN, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
+    assert p.returncode not in (0, 1), (p.returncode, p.stderr[-2000:])  # 1 means "a check ran and failed"
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr[-2000:]
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header declares width x height (its pixel data is a few bytes)."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(b"IEND", b""))
+
+
+def _npy_header(shape, descr="<f4") -> bytes:
+    hdr = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)}, }}".ljust(117) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostile")
+    b = ModelBuilder()
+    x = b.input("image", (1, 8, 8, 3), "int8", (0.02, 0))
+    y = b.tensor("y", (1, 8, 8, 3), "int8", (0.02, 0))
+    b.op("RELU", [x], [y])
+    b.output(y)
+    (d / "img.tflite").write_bytes(b.to_bytes())
+    for dt in ("string", "int4", "complex64"):  # an input edgerun cannot make or read data for
+        b = ModelBuilder()
+        b.input("s", (1, 4), dt)
+        x = b.input("x", (1, 4), "float32")
+        y = b.tensor("y", (1, 4), "float32")
+        b.op("RELU", [x], [y])
+        b.output(y)
+        (d / f"in_{dt}.tflite").write_bytes(b.to_bytes())
+    b = ModelBuilder()
+    x = b.input("x", (1, 4), "float32")
+    y = b.tensor("y", (1, 4), "float32")
+    b.op("RELU", [x], [y], version=99)  # edgerun runs it; LiteRT has no RELU version 99
+    b.output(y)
+    (d / "relu_v99.tflite").write_bytes(b.to_bytes())
+    (d / "huge.png").write_bytes(_png_header(20000, 20000))
+    (d / "corrupt.png").write_bytes(_png_header(8, 8)[:40])
+    from PIL import Image
+
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(d / "ok.png")
+    (d / "corrupt.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    np.save(d / "obj.npy", np.array([1, None], dtype=object), allow_pickle=True)
+    np.savez(d / "obj.npz", image=np.array([1, None], dtype=object))
+    np.save(d / "complex.npy", np.zeros((1, 8, 8, 3), np.complex64))
+    np.save(d / "str.npy", np.array(["a", "b"]))
+    (d / "corrupt.npz").write_bytes(b"PK\x03\x04" + bytes(50))
+    bomb = _npy_header((9699328, 1024))  # 37 GiB of float32 declared ...
+    (d / "bomb.npy").write_bytes(bomb + bytes(200 - len(bomb)))  # ... in a 200-byte file
+    assert (d / "bomb.npy").stat().st_size == 200
+    short = _npy_header((1, 8, 8, 3))
+    (d / "short.npy").write_bytes(short + bytes(10))  # declares 192 float32, holds 10 bytes
+    nan = np.zeros((1, 8, 8, 3), np.float32)
+    nan[0, 1, 2, 0] = np.nan
+    np.save(d / "nan.npy", nan)
+    np.save(d / "nan_img.npy", nan[0] + 100)  # as an image for preprocessing
+    return d
+
+
+CASES = {
+    # run: inputs edgerun cannot feed
+    "string input": (["run", "{d}/in_string.tflite"], "string"),
+    "int4 input": (["run", "{d}/in_int4.tflite"], "int4"),
+    "complex input": (["run", "{d}/in_complex64.tflite"], "complex64"),
+    "complex data": (["run", "{d}/img.tflite", "-i", "{d}/complex.npy"], "complex64"),
+    "string data": (["run", "{d}/img.tflite", "-i", "{d}/str.npy"], "<U1"),
+    # LiteRT cannot load what edgerun runs
+    "compare litert": (["run", "{d}/relu_v99.tflite", "--compare", "litert"], "LiteRT cannot run"),
+    # images
+    "20000x20000 png": (["run", "{d}/img.tflite", "-i", "{d}/huge.png"], "huge.png"),
+    "corrupt png": (["run", "{d}/img.tflite", "-i", "{d}/corrupt.png"], "cannot read image"),
+    "nan image": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--scale", "nan"], "finite"),
+    # arrays
+    "corrupt npy": (["run", "{d}/img.tflite", "-i", "{d}/corrupt.npy"], "not a valid .npy"),
+    "object npy": (["run", "{d}/img.tflite", "-i", "{d}/obj.npy"], "object"),
+    "object npz": (["run", "{d}/img.tflite", "-i", "{d}/obj.npz"], "object"),
+    "corrupt npz": (["run", "{d}/img.tflite", "-i", "{d}/corrupt.npz"], "not a readable .npz"),
+    "37 GiB npy": (["run", "{d}/img.tflite", "-i", "{d}/bomb.npy"], "declares"),
+    "short npy": (["run", "{d}/img.tflite", "-i", "{d}/short.npy"], "holds 10"),
+    "nan npy": (["run", "{d}/img.tflite", "-i", "{d}/nan.npy"], "NaN"),
+    # options
+    "mean x": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--mean", "x"], "mean"),
+    "std 0": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--std", "0"], "std"),
+    "huge size": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--size", "99999999999999999999x1"], "size"),
+    "preprocessing bad json": (["package", "{d}/img.tflite", "-o", "{d}/p.bundle", "--preprocessing", "{{bad"],
+                               "not valid JSON"),
+    "golden bomb": (["package", "{d}/img.tflite", "-o", "{d}/g.bundle", "--golden", "{d}/bomb.npy"], "declares"),
+    # directories and missing folders
+    "dir as model": (["run", "{d}"], "directory"),
+    "dir as input": (["run", "{d}/img.tflite", "-i", "{d}"], "directory"),
+    "dir as package -o": (["package", "{d}/img.tflite", "-o", "{d}"], "directory"),
+    "dir as convert -o": (["convert", "{d}/img.tflite", "-o", "{d}"], "directory"),
+    "inspect dir": (["inspect", "{d}"], "directory"),
+    "keygen missing dir": (["keygen", "-o", "/nonexistent-edgerun-dir/k"], "does not exist"),
+    # outputs that are the input
+    "convert -o input": (["convert", "{d}/img.tflite", "-o", "{d}/img.tflite"], "input file"),
+    "package -o input": (["package", "{d}/img.tflite", "-o", "{d}/img.tflite"], "input file"),
+    "bench -n 0": (["bench", "{d}/img.tflite", "-n", "0"], ""),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_line_error(files, case):
+    args, needle = CASES[case]
+    before = {p.name: p.stat().st_mtime_ns for p in files.iterdir()}
+    p = cli(*[a.format(d=files) for a in args])
+    one_line_error(p, needle)
+    after = {p.name: p.stat().st_mtime_ns for p in files.iterdir()}
+    assert after == before  # nothing written, nothing overwritten
+
+
+def test_input_shape_out_of_range(tmp_path):
+    onnx_model = REPO / "models" / "digits_cnn.onnx"
+    if not onnx_model.exists():
+        pytest.skip("models/digits_cnn.onnx is missing")
+    for shape in ("input:-1,1,28,28", "input:99999999999999999999999,1,28,28"):
+        p = cli("convert", onnx_model, "-o", tmp_path / "o.tflite", "--float", "--input-shape", shape)
+        one_line_error(p, "--input-shape")
+    assert not (tmp_path / "o.tflite").exists()
+
+
+def test_misnamed_tflite_bundle_not_overwritten(files, tmp_path):
+    """`package m.bundle` where m.bundle is really a .tflite: the default output is the input itself."""
+    m = tmp_path / "m.bundle"
+    m.write_bytes((files / "img.tflite").read_bytes())
+    one_line_error(cli("package", m), "input file")
+    assert m.read_bytes() == (files / "img.tflite").read_bytes()
+
+
+def test_keygen_refuses_planted_symlink(tmp_path):
+    (tmp_path / "k.pub").symlink_to(tmp_path / "elsewhere")
+    one_line_error(cli("keygen", "-o", tmp_path / "k"), "symlink")
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "k.key").exists()
+    one_line_error(cli("keygen", "-o", tmp_path / "k", "--force"), "symlink")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_greater_bool_runs_correctly(tmp_path):
+    """repro/greater_bool.tflite: a valid model with a bool output gives LiteRT's answer."""
+    model = REPRO / "greater_bool.tflite"
+    if not model.exists():
+        pytest.skip("the shared repro files are not here")
+    a = np.array([1.0, -2.0, 3.5, 0.0], np.float32)
+    b = np.array([0.5, -1.0, 3.5, -0.25], np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    p = cli("run", model, "-i", tmp_path / "a.npy", "-i", tmp_path / "b.npy", "--json")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    (out,) = json.loads(p.stdout)["outputs"]
+    from edgerun.testing import run_litert
+
+    (want,) = run_litert(model.read_bytes(), [a, b])
+    assert out["dtype"] == "bool" and out["values"] == want.tolist() == [True, False, False, True]
+    p = cli("run", model)  # random inputs, text output (top-k must not choke on bool)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_python_module_entry_matches(files):
+    """`python -m edgerun` takes the same path as the console script."""
+    p = subprocess.run([sys.executable, "-m", "edgerun", "run", files / "img.tflite", "-i", files / "bomb.npy"],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    one_line_error(p, "declares")
