@@ -149,8 +149,12 @@ class CapabilityTable:
     """
 
     def __init__(self, delegate: str, ops: dict[str, OpCaps], *,
-                 node_constraints: Iterable[Constraint] = (), custom: Iterable[str] = ()):
+                 node_constraints: Iterable[Constraint] = (), custom: Iterable[str] = (),
+                 missing: Callable[[str], str] | None = None):
         self.delegate = delegate
+        #: op -> why it is not in the table, when the delegate knows better than "not in the op
+        #: table" (tensorrt: edgerun's exporter lacks a lowering, TensorRT itself runs the op)
+        self.missing = missing
         self.custom = frozenset(custom)
         for op in ops:
             if op not in tflite.BUILTIN_OPERATORS and op not in self.custom:
@@ -171,6 +175,8 @@ class CapabilityTable:
         caps = self.ops.get(op or "")
         if caps is None:
             what = f"custom op {op!r}" if code.builtin == "CUSTOM" else op
+            if self.missing is not None:
+                return Support.no(self.missing(what))
             return Support.no(f"{what} is not in {self.delegate}'s op table")
         dtype = node_dtype(ctx)
         if "*" not in caps.dtypes and dtype not in caps.dtypes:

@@ -34,6 +34,28 @@ _CONSTRAINTS = {
 #: one row per op the exporter lowers, so the table cannot name an op the exporter lacks
 OPS = {op: OpCaps(Q, _CONSTRAINTS.get(op, ())) for op in LOWERINGS}
 
+#: TFLite builtins whose ONNX form TensorRT's ONNX parser builds (TensorRT 8.6/10 operator
+#: support list), so a fallback of one of these is edgerun's exporter's gap, not TensorRT's
+TENSORRT_RUNS = frozenset({
+    "ABS", "ADD", "ARG_MAX", "ARG_MIN", "AVERAGE_POOL_2D", "BATCH_MATMUL", "CAST", "CONCATENATION", "CONV_2D",
+    "DEPTH_TO_SPACE", "DEPTHWISE_CONV_2D", "DEQUANTIZE", "DIV", "EQUAL", "EXP", "EXPAND_DIMS", "FULLY_CONNECTED",
+    "GATHER", "GREATER", "HARD_SWISH", "LEAKY_RELU", "LESS", "LOG", "LOG_SOFTMAX", "LOGISTIC", "MAX_POOL_2D",
+    "MAXIMUM", "MEAN", "MINIMUM", "MIRROR_PAD", "MUL", "NEG", "PACK", "PAD", "PADV2", "POW", "PRELU", "QUANTIZE",
+    "REDUCE_MAX", "RELU", "RELU6", "RELU_N1_TO_1", "RESHAPE", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR",
+    "RSQRT", "SLICE", "SOFTMAX", "SPACE_TO_DEPTH", "SPLIT", "SPLIT_V", "SQRT", "SQUARED_DIFFERENCE", "SQUEEZE",
+    "STRIDED_SLICE", "SUB", "SUM", "TANH", "TRANSPOSE", "TRANSPOSE_CONV", "UNPACK",
+})
+
+
+def _missing(op: str) -> str:
+    """Why an op is not delegated: name the real cause (edgerun's exporter, or TensorRT)."""
+    if op in TENSORRT_RUNS:
+        return (f"edgerun's TensorRT exporter has no {op} lowering (TensorRT itself runs {op}: an exporter "
+                "gap, see delegates/tensorrt/export.py)")
+    if op.startswith("custom op"):
+        return f"{op}: TensorRT runs no TFLite custom op, and edgerun's exporter has no lowering for it"
+    return f"edgerun's TensorRT exporter has no {op} lowering"
+
 
 def _fused_act_ok(ctx):
     act = int(ctx.options.get("fused_activation_function", 0) or 0)
@@ -97,7 +119,7 @@ class OrtKernel(DelegateKernel):
 class TensorRtDelegate(Delegate):
     name = "tensorrt"
     capabilities = CapabilityTable("tensorrt", OPS, node_constraints=(
-        r.static_shapes, r.max_rank(8), r.per_tensor_activations, _fused_act_ok))
+        r.static_shapes, r.max_rank(8), r.per_tensor_activations, _fused_act_ok), missing=_missing)
     install_hint = ("install ONNX Runtime: pip install 'edgerun[tensorrt]' (onnx, onnxruntime); on a "
                     "GPU machine onnxruntime-gpu with TensorRT 10 for the TensorRT provider")
 

@@ -249,6 +249,11 @@ def _leaky(e: _Export, op):
     e.finish(op, e.node("LeakyRelu", [e.real(op.inputs[0])], "leaky", alpha=float(op.options.get("alpha", 0.2))))
 
 
+def _prelu(e: _Export, op):
+    # ONNX PRelu broadcasts the slope to the input (numpy-style), as TFLite's PRELU does
+    e.finish(op, e.node("PRelu", [e.real(op.inputs[0]), e.real(op.inputs[1])], "prelu"))
+
+
 LOWERINGS = {
     "CONV_2D": _conv,
     "DEPTHWISE_CONV_2D": lambda e, op: _conv(e, op, depthwise=True),
@@ -260,7 +265,7 @@ LOWERINGS = {
     "SOFTMAX": _softmax,
     "RELU": _unary("Relu"), "RELU6": _clip(0.0, 6.0), "RELU_N1_TO_1": _clip(-1.0, 1.0),
     "LOGISTIC": _unary("Sigmoid"), "TANH": _unary("Tanh"), "HARD_SWISH": _unary("HardSwish"),
-    "LEAKY_RELU": _leaky,
+    "LEAKY_RELU": _leaky, "PRELU": _prelu,
     "RESHAPE": _reshape, "CONCATENATION": _concat, "MEAN": _mean, "PAD": _pad,
     "QUANTIZE": _identity, "DEQUANTIZE": _identity,
 }
