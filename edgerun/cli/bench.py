@@ -65,7 +65,7 @@ def print_table(report: dict, title: str, c=None) -> None:
 
 def bench_cli(
     # fmt: off
-    model: Path = typer.Argument(..., help="A .tflite model."),
+    model: Path = typer.Argument(..., help="A .tflite model or a bundle (the deploy 'current' link too)."),
     runs: int = typer.Option(50, "--runs", "-n", help="Minimum timed queries (single-stream) or samples "
                              "(offline) per engine."),
     warmup: int = typer.Option(5, help="Untimed invokes first."),
@@ -108,7 +108,7 @@ def bench_cli(
     from edgerun.bench.power import select
     from edgerun.bench.scenarios import loadgen_version
     from edgerun.bench.thermal import ThermalProbe
-    from edgerun.errors import EdgerunError, UsageError
+    from edgerun.errors import UsageError
 
     names = check_engines(e.strip() for e in engines.split(",") if e.strip())
     if runs < 1:
@@ -119,10 +119,9 @@ def bench_cli(
         raise UsageError(f"--report {report_path}: give a .html file")
     if report_path is not None and not report_path.resolve().parent.is_dir():
         raise UsageError(f"--report {report_path}: no such directory {report_path.parent}")
-    if not model.exists():
-        raise EdgerunError(f"{model}: no such file")
-    if model.is_dir():
-        raise EdgerunError(f"{model}: is a directory, not a model")
+    from edgerun.check import model_bytes
+
+    data, _, manifest = model_bytes(model)  # a .tflite, or a bundle / deploy `current` link by content
     if use_loadgen is None:
         use_loadgen = loadgen_version() is not None
     if use_loadgen and loadgen_dir is None and report_path is not None:
@@ -133,12 +132,14 @@ def bench_cli(
         min_duration = 1.0 if source is not None else 0.0
     tel = Telemetry(source, ThermalProbe(), interval=interval)
     with progress("benchmarking", enabled=not json_out) as cb:
-        report = benchmark(model.read_bytes(), runs=runs, warmup=warmup, num_threads=threads, engines=names,
+        report = benchmark(data, runs=runs, warmup=warmup, num_threads=threads, engines=names,
                            delegates=dl, progress=cb, scenario=scenario, min_duration=min_duration, batch=batch,
                            telemetry=tel, idle_s=idle if source is not None and power_w is None else 0.0,
                            subtract_idle=subtract_idle, profile=profile, loadgen=use_loadgen,
                            loadgen_dir=loadgen_dir)
     report["model"] = str(model)
+    if manifest is not None:
+        report["bundle"] = {k: manifest.get(k) for k in ("name", "version", "target", "model_sha256") if k in manifest}
     report["energy"]["available_sources"] = found
     if report_path is not None:
         from edgerun.bench.report import write_bench_report

@@ -32,6 +32,10 @@ def deploy_cli(
     rollback: bool = typer.Option(False, "--rollback", help="Switch back to the previous bundle."),
     show: bool = typer.Option(False, "--status", help="Show the board's current and previous bundle "
                               "(read-only: creates nothing on the board)."),
+    bench: bool = typer.Option(False, "--bench", help="After the switch, run `edgerun bench` on the board's "
+                               "current bundle and print the same table as on the host."),
+    bench_args: str = typer.Option(None, "--bench-args", help="Options for the board's bench, e.g. "
+                                   "'-n 200 --min-duration 10 --subtract-idle'."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
 ):
     """Copy BUNDLE to a board with ssh/scp, check its hash there, then switch `current` to it.
@@ -63,6 +67,10 @@ def deploy_cli(
             else:
                 typer.echo(f"error: {e}", err=True)
             raise typer.Exit(CHECK_FAILED) from None
+    if bench and not (rollback or show):
+        from edgerun.bench.remote import bench_on_board
+
+        report["bench"] = bench_on_board(target, remote_dir=dir, remote_edgerun=remote_edgerun, args=bench_args)
     if json_out:
         emit_json(report)
         return
@@ -72,6 +80,12 @@ def deploy_cli(
         typer.echo("golden vectors verified on the board")
     elif report.get("verify_skipped"):
         typer.echo(f"golden vectors not run: {report['verify_skipped']}")
+    if report.get("bench"):
+        from edgerun.cli.bench import print_table
+
+        b = report["bench"]
+        print_table(b, f"{report['host']}: {report.get('current')}, {b.get('scenario')}, "
+                       f"driver {b.get('rules', {}).get('driver')}")
 
 
 def register(app: typer.Typer) -> None:
