@@ -8,20 +8,29 @@ in ``DIR`` (default ``edgerun`` in the login user's home)::
     DIR/current  -> bundles/...     the active bundle (what an app passes to edgerun.load)
     DIR/previous -> bundles/...     the bundle that was active before; `--rollback` returns to it
     DIR/incoming/*.part             transfers in progress
+    DIR/pending/NONCE               "bundles/NAME": the bundle a running deploy will switch to
+    DIR/.lock                       flock(2) target: one deploy (or rollback) at a time
 
-A deploy runs these steps; each one either completes or leaves ``current`` untouched:
+A deploy holds an exclusive lock on ``DIR/.lock`` for its whole run, through one ssh session
+that runs ``flock`` (or Python's ``fcntl.flock``) and waits on its stdin: concurrent deploys
+serialize, and a deploy whose client dies releases the lock with its connection. It runs these
+steps; each one either completes or leaves ``current`` untouched:
 
-1. check the bundle locally (every hash, the signature) and look at the board;
+1. check the bundle locally (every hash, the signature and the trust policy), take the lock,
+   record a pending marker and look at the board;
 2. copy it to ``incoming/NAME.NONCE.part`` (a copy cut at any point leaves only a partial
-   file there, which the next deploy removes);
+   file there, removed by the failing deploy or, once stale, by a later one);
 3. on the board, recompute the SHA-256 of the copy and compare with the local one, then
    ``mv`` it into ``bundles/`` (a rename within one file system);
-4. with ``verify``, run the golden vectors on the board (``edgerun run BUNDLE --verify``) when
-   edgerun is installed there;
+4. with ``verify``, run the golden vectors on the board (``edgerun run BUNDLE --verify --json``)
+   when edgerun is installed there; anything but exit 0 with ``"verified": true`` stops here
+   (:class:`VerifyFailed`);
 5. switch: point ``previous`` at the old target, then ``current`` at the new bundle, each by
    creating a temporary symlink and renaming it over the old one (``rename(2)`` is atomic, so
    a reader sees the old link or the new one, never none); then remove bundles that neither
-   link names.
+   link names and no pending marker or ``.part`` refers to.
+
+Every path in a remote command is shell-quoted and follows ``--``; ``status`` is read-only.
 """
 
 from __future__ import annotations
