@@ -135,8 +135,26 @@ def check_model(model_path, target: str | None = None, *, tflm: bool = True) -> 
     mcu = tgt.board is not None and tgt.board.kind == "mcu"
     if mcu:
         report["memory"] = _memory(tgt.board, model, data, tflm)
+    if tgt.name == "mcu":
+        report["firmware"] = firmware_check(data, tgt.board.name)
     report["verdict"] = verdict(report, mcu=mcu)
     return report
+
+
+def firmware_check(data: bytes, board: str) -> dict:
+    """What edgerun's firmware on ``board`` will do with the model, from the firmware's own
+    capability table (``edgerun_delegates.mcu``): ``{"refusals", "arena_bytes", "arena_limit",
+    "slot_bytes", "source"}``; ``refusals`` empty means COMMIT accepts it."""
+    from edgerun_delegates.mcu import board_capabilities, firmware_accepts, firmware_arena_bytes
+
+    caps = board_capabilities(board)
+    refusals = list(firmware_accepts(data, board))
+    try:
+        arena = int(firmware_arena_bytes(data))
+    except EdgerunError:
+        arena = None
+    return {"refusals": refusals, "arena_bytes": arena, "arena_limit": caps["arena_bytes"],
+            "slot_bytes": caps["slot_bytes"], "source": caps["source"]}
 
 
 def _memory(b, model, data: bytes, tflm: bool) -> dict:
@@ -167,8 +185,11 @@ def verdict(report: dict, *, mcu: bool) -> dict:
         elif not f["edgerun_kernel"]:
             failures.append(f"node {f['node']} {f['op']}/{f['dtype']} has no delegate of the target and no "
                             "edgerun kernel")
+    fw = report.get("firmware")
+    for why in (fw or {}).get("refusals", []):
+        failures.append(f"the firmware refuses it at COMMIT: {why}")
     m = report.get("memory")
-    if m:
+    if m and fw is None:  # for edgerun's firmware its own table decides (above), not the host's estimate
         if not m["arena_fits"]:
             failures.append(f"arena {m['arena_bytes']} B does not fit the {m['ram_free_for_arena']} B of RAM free")
         if not m["model_fits"]:
@@ -215,6 +236,12 @@ def format_report(rep: dict) -> list[str]:
             lines.append(f"TFLM arena: not measured ({m['tflm_error']})")
         lines.append(f"model: {_kib(m['model_bytes'])} vs {_kib(m['flash_bytes'])} flash slot: "
                      f"{'fits' if m['model_fits'] else 'DOES NOT FIT'}")
+    fw = rep.get("firmware")
+    if fw:
+        arena = "?" if fw["arena_bytes"] is None else _kib(fw["arena_bytes"])
+        lines.append(f"edgerun firmware ({fw['source']}): arena {arena} of {_kib(fw['arena_limit'])}, "
+                     f"model {_kib(rep['model_bytes'])} of a {_kib(fw['slot_bytes'])} slot: "
+                     + ("accepted at COMMIT" if not fw["refusals"] else "REFUSED at COMMIT: " + "; ".join(fw["refusals"])))
     v = rep.get("verdict")
     if v is not None:
         lines.append("verdict: " + ("the target can run this model" if v["ok"]

@@ -66,6 +66,13 @@ class UsageError(EdgerunError, ValueError):
     exit_code = 2
 
 
+class CheckFailedError(EdgerunError):
+    """A check a command makes before doing its job failed (``package --target mcu:BOARD`` for a
+    model the board's firmware refuses): a verdict, exit code 1, with the reasons in one line."""
+
+    exit_code = CHECK_FAILED
+
+
 class ModelFormatError(EdgerunError, ValueError):
     """A model file is truncated, malformed or hostile (offsets, lengths, types out of range)."""
 

@@ -384,3 +384,26 @@ def test_main_returns_the_exit_code(work):
     assert main(["verify", str(work / "good.bundle"), "--golden"]) == 0
     assert main(["check", str(work / "m.tflite"), "--target", "toaster"]) == 2
 
+
+
+def test_package_for_a_board_refuses_what_its_firmware_refuses(work, tmp_path):
+    """One truth for mcu:BOARD: the firmware's capability table (edgerun_delegates.mcu)."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 1200), "int8", (0.05, 0))
+    w = b.const("w", np.ones((500, 1200), np.int8), "int8", (np.full(500, 0.01, np.float32), np.zeros(500), 0))
+    y = b.tensor("y", (1, 500), "int8", (0.5, 0))
+    b.op("FULLY_CONNECTED", [x, w, -1], [y])
+    b.output(y)
+    (tmp_path / "fc.tflite").write_bytes(b.to_bytes())
+    r = er("package", tmp_path / "fc.tflite", "-o", tmp_path / "fc.bundle", "--target", "mcu:nrf52840",
+           "--sign", work / "k.key")
+    assert r.returncode == 1 and "firmware on nrf52840 would refuse" in r.stderr and "flash slot" in r.stderr
+    one_line_error(r)
+    assert not (tmp_path / "fc.bundle").exists()
+    r = er("check", tmp_path / "fc.tflite", "--target", "mcu:nrf52840", "--json", "--no-tflm")
+    rep = json.loads(r.stdout)
+    assert r.returncode == 1 and rep["firmware"]["refusals"]
+    assert any("refuses it at COMMIT" in f for f in rep["verdict"]["failures"])
+    r = er("package", work / "m.tflite", "-o", tmp_path / "ok.bundle", "--target", "mcu:nrf52840",
+           "--sign", work / "k.key")
+    assert r.returncode == 0, r.stderr

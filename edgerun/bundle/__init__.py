@@ -203,6 +203,14 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     check_output(out_path, model, what="bundle")  # refuse before any work, again before writing
     tgt = parse_target(target)
     ir = read_model(data)
+    if tgt.name == "mcu":  # the firmware's own table decides: refuse what COMMIT would refuse
+        from edgerun.check import firmware_check
+        from edgerun.errors import CheckFailedError
+
+        refusals = firmware_check(data, tgt.board.name)["refusals"]
+        if refusals:
+            raise CheckFailedError(f"edgerun's firmware on {tgt.board.name} would refuse this model: "
+                                   + "; ".join(refusals))
     model_sha = hashlib.sha256(data).hexdigest()
     # MCU firmware plans like TFLM (activations may reuse input memory); Linux targets keep
     # inputs intact as LiteRT does. The manifest records the arena the target will need.
