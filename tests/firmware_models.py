@@ -218,6 +218,120 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
                    b.const("value", np.array([-77], np.int8), "int8", q)], [y])
     b.output(y)
     models["padv2"] = b.to_bytes()
+    models.update(_more_op_models(rng))
+    return models
+
+
+def _i32(b, name, values):
+    return b.const(name, np.array(values, np.int32))
+
+
+def _more_op_models(rng) -> dict[str, bytes]:
+    """Issue 14's ops: activations, binary ops, data movement, reductions, multi-output."""
+    models: dict[str, bytes] = {}
+
+    def unary(name, op, shape, q, oq, extra=(), **opts):
+        b = ModelBuilder()
+        x = b.input("x", shape, "int8", q)
+        y = b.tensor("y", opts.pop("out_shape", shape), "int8", oq)
+        b.op(op, [x, *[f(b) for f in extra]], [y], **opts)
+        b.output(y)
+        models[name] = b.to_bytes()
+
+    unary("tanh", "TANH", (1, 64), (0.05, 3), (1.0 / 128, 0))
+    unary("tanh_any_q", "TANH", (1, 64), (0.02, -10), (0.01, 5))
+    unary("leaky_relu_0.2", "LEAKY_RELU", (1, 64), (0.05, -5), (0.04, -20), alpha=0.2)
+    unary("leaky_relu_neg", "LEAKY_RELU", (1, 64), (0.05, 7), (0.06, 10), alpha=-0.7)
+    unary("hard_swish", "HARD_SWISH", (1, 4, 4, 8), (0.06, -10), (0.035, -60))
+    unary("hard_swish_wide", "HARD_SWISH", (1, 64), (0.2, 20), (0.1, -100))
+    # PRELU: per-channel alpha [C] and [1, 1, C]
+    for ashape in ((8,), (1, 1, 8)):
+        b = ModelBuilder()
+        x = b.input("x", (1, 3, 3, 8), "int8", (0.05, -3))
+        al = b.const("alpha", rng.integers(-128, 128, size=ashape).astype(np.int8), "int8", (0.004, -10))
+        y = b.tensor("y", (1, 3, 3, 8), "int8", (0.04, 2))
+        b.op("PRELU", [x, al], [y])
+        b.output(y)
+        models[f"prelu_a{'x'.join(map(str, ashape))}"] = b.to_bytes()
+    for op, act in (("SUB", 0), ("SUB", 1), ("SQUARED_DIFFERENCE", 0), ("MAXIMUM", 0), ("MINIMUM", 0)):
+        for bshape in ((1, 5, 5, 4), (4,)):
+            b = ModelBuilder()
+            same = op in ("MAXIMUM", "MINIMUM")
+            qa = _q(rng)
+            qb = qa if same else _q(rng)
+            qo = qa if same else _q(rng, 0.02, 0.2)
+            x = b.input("a", (1, 5, 5, 4), "int8", qa)
+            y = b.input("b", bshape, "int8", qb)
+            z = b.tensor("z", (1, 5, 5, 4), "int8", qo)
+            b.op(op, [x, y], [z], **({"fused_activation_function": act} if op == "SUB" else {}))
+            b.output(z)
+            models[f"{op.lower()}_act{act}_b{'x'.join(map(str, bshape))}"] = b.to_bytes()
+    q = (0.05, 1)
+    unary("transpose_0312", "TRANSPOSE", (2, 3, 4, 5), q, q, extra=(lambda b: _i32(b, "perm", [0, 3, 1, 2]),),
+          out_shape=(2, 5, 3, 4))
+    unary("transpose_2d", "TRANSPOSE", (7, 9), q, q, extra=(lambda b: _i32(b, "perm", [1, 0]),), out_shape=(9, 7))
+    unary("slice", "SLICE", (2, 6, 5, 4), q, q, extra=(lambda b: _i32(b, "begin", [1, 2, 0, 1]),
+                                                        lambda b: _i32(b, "size", [1, 3, -1, 2])),
+          out_shape=(1, 3, 5, 2))
+    for name, (begin, end, strides, masks, out_shape) in {
+        "ss_basic": ([0, 1, 0, 0], [1, 5, 4, 3], [1, 2, 1, 1], {}, (1, 2, 4, 3)),
+        "ss_negative_stride": ([0, -1, 0, 0], [1, 0, 4, 3], [1, -1, 1, 1], {"begin_mask": 1, "end_mask": 1 | 4 | 8},
+                               (1, 5, 4, 3)),
+        "ss_masks_shrink": ([0, 2, 0, 1], [1, 4, 0, 2], [1, 1, 1, 1], {"end_mask": 4, "shrink_axis_mask": 1 | 8},
+                            (2, 4)),
+        "ss_step3_neg_begin": ([0, -5, 1, 0], [1, 6, 4, 3], [1, 3, 2, 1], {}, (1, 2, 2, 3)),
+    }.items():
+        unary(name, "STRIDED_SLICE", (1, 6, 4, 3), q, q,
+              extra=(lambda b, v=begin: _i32(b, "begin", v), lambda b, v=end: _i32(b, "end", v),
+                     lambda b, v=strides: _i32(b, "strides", v)), out_shape=out_shape, **masks)
+    unary("depth_to_space", "DEPTH_TO_SPACE", (1, 3, 2, 8), q, q, out_shape=(1, 6, 4, 2), block_size=2)
+    unary("space_to_depth", "SPACE_TO_DEPTH", (1, 6, 4, 3), q, q, out_shape=(1, 3, 2, 12), block_size=2)
+    for name, size, opts in (("resize_nn_up", (7, 10), {}), ("resize_nn_align", (7, 10), {"align_corners": True}),
+                             ("resize_nn_half", (7, 3), {"half_pixel_centers": True}),
+                             ("resize_nn_down", (2, 3), {})):
+        unary(name, "RESIZE_NEAREST_NEIGHBOR", (1, 4, 5, 3), q, q,
+              extra=(lambda b, v=size: _i32(b, "size", list(v)),), out_shape=(1, *size, 3), **opts)
+    unary("reduce_max_hw", "REDUCE_MAX", (1, 5, 6, 4), q, q, extra=(lambda b: _i32(b, "axes", [1, 2]),),
+          out_shape=(1, 1, 1, 4), keep_dims=True)
+    unary("reduce_max_c", "REDUCE_MAX", (2, 5, 6), q, q, extra=(lambda b: _i32(b, "axes", [-1]),),
+          out_shape=(2, 5), keep_dims=False)
+    unary("mirror_pad_reflect", "MIRROR_PAD", (1, 4, 5, 2), q, q,
+          extra=(lambda b: _i32(b, "pads", [[0, 0], [2, 3], [1, 0], [0, 0]]),), out_shape=(1, 9, 6, 2), mode=0)
+    unary("mirror_pad_symmetric", "MIRROR_PAD", (1, 4, 5, 2), q, q,
+          extra=(lambda b: _i32(b, "pads", [[0, 0], [4, 1], [0, 5], [0, 0]]),), out_shape=(1, 9, 10, 2), mode=1)
+    for otype in ("int32", "int64"):
+        b = ModelBuilder()
+        x = b.input("x", (2, 7, 5), "int8", q)
+        y = b.tensor("y", (2, 5), otype)
+        b.op("ARG_MAX", [x, _i32(b, "axis", [1])], [y], output_type=2 if otype == "int32" else 4)
+        b.output(y)
+        models[f"arg_max_{otype}"] = b.to_bytes()
+    b = ModelBuilder()
+    x = b.input("x", (5, 3, 4), "int8", q)
+    y = b.tensor("y", (5, 2, 2, 4), "int8", q)
+    b.op("GATHER", [x, b.const("idx", np.array([[2, 0], [1, 2]], np.int32))], [y], axis=1)
+    b.output(y)
+    models["gather_axis1"] = b.to_bytes()
+    b = ModelBuilder()
+    x = b.input("x", (2, 6, 4), "int8", q)
+    outs = [b.tensor(f"s{k}", (2, 2, 4), "int8", q) for k in range(3)]
+    b.op("SPLIT", [_i32(b, "axis", [1]), x], outs, num_splits=3)
+    b.output(*outs)
+    models["split3"] = b.to_bytes()
+    b = ModelBuilder()
+    x = b.input("x", (2, 7, 4), "int8", q)
+    outs = [b.tensor(f"s{k}", (2, n, 4), "int8", q) for k, n in enumerate((1, 4, 2))]
+    b.op("SPLIT_V", [x, _i32(b, "sizes", [1, -1, 2]), _i32(b, "axis", [-2])], outs, num_splits=3)
+    b.output(*outs)
+    models["split_v"] = b.to_bytes()
+    b = ModelBuilder()
+    xs = [b.input(f"x{k}", (3, 4), "int8", q) for k in range(3)]
+    y = b.tensor("y", (3, 3, 4), "int8", q)
+    b.op("PACK", xs, [y], values_count=3, axis=1)
+    u = [b.tensor(f"u{k}", (3, 3), "int8", q) for k in range(4)]
+    b.op("UNPACK", [y], u, num=4, axis=2)
+    b.output(y, *u)
+    models["pack_unpack"] = b.to_bytes()
     return models
 
 

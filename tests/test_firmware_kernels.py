@@ -40,6 +40,7 @@ def test_op_bit_exact_with_litert(device, name):
         inputs = random_inputs(details, seed=seed)
         got, _ = run_with_link(device, inputs, info)
         want = run_litert(model, inputs, reference=True)
+        assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape
             assert g.tobytes() == w.tobytes(), f"{name} seed {seed}: max diff " \

@@ -144,7 +144,7 @@ def firmware_arena_bytes(model) -> int:
 
 
 def _work(op_name, ins, out, facts, opts):
-    w = facts[out][2] or 0
+    w = facts[out][2] or 0  # (the other outputs of a multi-output op are added by the caller)
     for i in ins:
         if i >= 0:
             w += facts[i][2] or 0
@@ -206,27 +206,28 @@ def firmware_accepts(model, board: str) -> list[str]:
             reasons.append(f"op {k} ({name}) is not in the firmware's op table")
             continue
         ins, outs = list(op.inputs), list(op.outputs)
-        if len(ins) > lim["max_op_inputs"] or len(outs) != 1:
+        if len(ins) > lim["max_op_inputs"] or not 1 <= len(outs) <= lim["max_op_outputs"]:
             reasons.append(f"op {k} ({name}) has {len(ins)} inputs and {len(outs)} outputs")
             continue
-        if not ins or ins[0] < 0:
+        data = 1 if name == "SPLIT" else 0  # SPLIT's input 0 is the axis
+        if not ins or ins[0] < 0 or len(ins) <= data or ins[data] < 0:
             reasons.append(f"op {k} ({name}) has no input")
             continue
-        tin, tout = facts[ins[0]][1], facts[outs[0]][1]
+        tin, tout = facts[ins[data]][1], facts[outs[0]][1]
         pairs = caps["ops"][name]
         if not any((a == "same" and tin == tout) or (a, b) == (tin, tout) for a, b in pairs):
             reasons.append(f"op {k} ({name}) takes {' | '.join('>'.join(p) for p in pairs)} (input>output types), "
                            f"not {tin}>{tout}")
             continue
         if pairs != [["same", "same"]]:
-            unq = [t for t in (ins[0], outs[0]) if facts[t][1] == "int8" and not g.tensors[t].quantized]
+            unq = [t for t in (ins[data], outs[0]) if facts[t][1] == "int8" and not g.tensors[t].quantized]
             if unq:
                 reasons.append(f"op {k} ({name}): int8 tensor '{g.tensors[unq[0]].name}' has no quantization")
                 continue
         opts = op.options or {}
         if name == "MEAN" and (facts[outs[0]][2] or 0) > lim["mean_max_outputs"]:
             reasons.append(f"op {k} (MEAN) has more than {lim['mean_max_outputs']} outputs")
-        work += _work(name, ins, outs[0], facts, opts)
+        work += _work(name, ins, outs[0], facts, opts) + sum(facts[o][2] or 0 for o in outs[1:])
         channels = facts[outs[0]][0][-1] if facts[outs[0]][0] else 1
         if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
             pool += 2 * ((4 * channels + 7) & ~7)
@@ -236,8 +237,14 @@ def firmware_accepts(model, board: str) -> list[str]:
                 pool += 2 * ((4 * facts[ins[1]][0][0] + 7) & ~7)
         elif name == "SOFTMAX":
             pool += 1024
-        elif name == "LOGISTIC":
-            pool += 256
+        elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH"):
+            pool += 256  # the int8 lookup table
+        elif name in ("TRANSPOSE", "SLICE", "STRIDED_SLICE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
+            pool += 56  # the strided view (er_view)
+        elif name == "MIRROR_PAD":
+            pool += (4 * len(facts[ins[0]][0]) + 7) & ~7
+        elif name in ("PACK", "UNPACK", "SPLIT", "SPLIT_V"):
+            pool += (4 * max(len(ins), len(outs)) + 7) & ~7
     if pool > lim["pool_bytes"]:
         reasons.append(f"prepared tables need {pool} B; the firmware keeps {lim['pool_bytes']} B for them")
     if work > lim["max_work"]:

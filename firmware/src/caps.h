@@ -5,7 +5,7 @@
  * `edgerun check|package|flash --target mcu:BOARD` read that JSON.
  *
  * X(code, NAME, types): the TFLite builtin operator code, its schema name, and the accepted
- * "input0>output" tensor type pairs separated by '|' ("same>same": any type, output type equal
+ * "input>output" tensor type pairs (the data input: input 1 for SPLIT, input 0 otherwise) separated by '|' ("same>same": any type, output type equal
  * to the input's). er_kernel_prepare refuses every op missing here and every type pair not
  * listed for it, before the op's own shape checks. */
 #ifndef ER_CAPS_H
@@ -31,7 +31,29 @@
     X(43, SQUEEZE, "same>same")                          \
     X(60, PADV2, "int8>int8")                            \
     X(70, EXPAND_DIMS, "same>same")                      \
-    X(114, QUANTIZE, "float32>int8|int8>int8")
+    X(114, QUANTIZE, "float32>int8|int8>int8")           \
+    X(5, DEPTH_TO_SPACE, "same>same")                    \
+    X(26, SPACE_TO_DEPTH, "same>same")                   \
+    X(28, TANH, "int8>int8")                             \
+    X(36, GATHER, "same>same")                           \
+    X(39, TRANSPOSE, "same>same")                        \
+    X(41, SUB, "int8>int8")                              \
+    X(45, STRIDED_SLICE, "same>same")                    \
+    X(49, SPLIT, "same>same")                            \
+    X(54, PRELU, "int8>int8")                            \
+    X(55, MAXIMUM, "int8>int8")                          \
+    X(56, ARG_MAX, "int8>int32|int8>int64")              \
+    X(57, MINIMUM, "int8>int8")                          \
+    X(65, SLICE, "same>same")                            \
+    X(82, REDUCE_MAX, "int8>int8")                       \
+    X(83, PACK, "same>same")                             \
+    X(88, UNPACK, "same>same")                           \
+    X(97, RESIZE_NEAREST_NEIGHBOR, "same>same")          \
+    X(98, LEAKY_RELU, "int8>int8")                       \
+    X(99, SQUARED_DIFFERENCE, "int8>int8")               \
+    X(100, MIRROR_PAD, "same>same")                      \
+    X(102, SPLIT_V, "same>same")                         \
+    X(117, HARD_SWISH, "int8>int8")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

@@ -233,12 +233,16 @@ static int prep_binary(er_model *m, er_node *n, char *err, size_t errlen) {
         if (out->dims[i] != want) FAIL("output shape does not match the broadcast");
     }
     if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
-    if (n->op == 0) { /* ADD */
-        n->left_shift = 20;
+    if (n->op == 0 || n->op == 41 || n->op == 99) { /* ADD, SUB, SQUARED_DIFFERENCE */
+        n->left_shift = n->op == 99 ? 7 : 20;
         double twice_max = 2.0 * (double)(a->scale > b->scale ? a->scale : b->scale);
         er_quantize_multiplier((double)a->scale / twice_max, &n->mult1, &n->shift1);
         er_quantize_multiplier((double)b->scale / twice_max, &n->mult2, &n->shift2);
-        er_quantize_multiplier(twice_max / ((double)(1 << 20) * (double)out->scale), &n->mult, &n->shift);
+        if (n->op == 99)
+            er_quantize_multiplier(twice_max * twice_max / (double)(16384.0f * out->scale), &n->mult, &n->shift);
+        else
+            er_quantize_multiplier(twice_max / ((double)(1 << 20) * (double)out->scale), &n->mult, &n->shift);
+    } else if (n->op == 55 || n->op == 57) { /* MAXIMUM, MINIMUM: raw values */
     } else { /* MUL */
         double real = (double)a->scale * (double)b->scale / (double)out->scale;
         er_quantize_multiplier(real, &n->mult, &n->shift);
@@ -289,23 +293,6 @@ static int prep_softmax(er_model *m, er_node *n, char *err, size_t errlen) {
     if (!n->ftable) FAIL("out of prepare memory");
     const float scale = -in->scale * n->beta;
     for (int32_t v = 0; v <= 255; v++) n->ftable[255 - v] = expf(scale * (float)v);
-    return ER_OK;
-}
-
-static int prep_logistic(er_model *m, er_node *n, char *err, size_t errlen) {
-    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
-    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
-    if (in->count != out->count) FAIL("shape mismatch");
-    n->itable = pool_alloc(256);
-    if (!n->itable) FAIL("out of prepare memory");
-    const float inv = 1.0f / out->scale;
-    for (int32_t v = -128; v <= 127; v++) {
-        const float x = in->scale * (float)(v - in->zp);
-        const float y = 1.0f / (1.0f + expf(-x));
-        const float r = roundf(y * inv);
-        int32_t q = f2i(r + (float)out->zp);
-        n->itable[(uint8_t)(int8_t)v] = (int8_t)clampi(q, -128, 127);
-    }
     return ER_OK;
 }
 
@@ -380,6 +367,381 @@ static int prep_pad(er_model *m, er_node *n, char *err, size_t errlen) {
     return ER_OK;
 }
 
+
+/* ---- table-driven int8 activations: a 256-entry table from the exact integer (or float32
+ * LUTPopulate) arithmetic of the reference kernel, one lookup per element in eval ------------ */
+static int16_t srdhm16(int32_t a, int32_t b) {
+    if (a == -32768 && b == -32768) return 32767;
+    int32_t ab = a * b, s = ab + (ab >= 0 ? (1 << 14) : 1 - (1 << 14));
+    return (int16_t)(s >= 0 ? s / (1 << 15) : -((-s) / (1 << 15)));
+}
+static int16_t sdhm16(int32_t a, int32_t b) {
+    if (a == -32768 && b == -32768) return 32767;
+    int32_t ab = a * b;
+    return (int16_t)(ab >= 0 ? ab / (1 << 15) : -((-ab) / (1 << 15)));
+}
+static int32_t satl16(int32_t v, int32_t amount) {
+    int64_t r = (int64_t)v * ((int64_t)1 << amount);
+    return r > 32767 ? 32767 : (r < -32768 ? -32768 : (int32_t)r);
+}
+static int32_t down16(int32_t m32) { return m32 >= INT32_MAX - (1 << 15) ? 32767 : (m32 + (1 << 15)) >> 16; }
+
+/* QuantizeMultiplier for a real multiplier of either sign (LEAKY_RELU's alpha may be negative) */
+static void qm_signed(float real, int32_t *mult, int32_t *shift) {
+    er_quantize_multiplier(fabs((double)real), mult, shift);
+    if (real < 0) *mult = -*mult;
+}
+
+static int prep_lut(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (in->count != out->count) FAIL("shape mismatch");
+    n->itable = pool_alloc(256);
+    if (!n->itable) FAIL("out of prepare memory");
+    const int32_t zi = in->zp, zo = out->zp;
+    int32_t m_id = 0, s_id = 0, m_a = 0, s_a = 0, out_m16 = 0, out_exp = 0, rel_m16 = 0, rel_exp = 0;
+    if (n->op == 98) { /* LEAKY_RELU (reference_ops::QuantizeLeakyRelu) */
+        qm_signed(in->scale * n->beta / out->scale, &m_a, &s_a);
+        er_quantize_multiplier((double)(in->scale / out->scale), &m_id, &s_id);
+    } else if (n->op == 117) { /* HARD_SWISH (reference_ops::HardSwish<int8_t>) */
+        const float hires = (1.0f / 128.0f) * in->scale;
+        int32_t m32;
+        er_quantize_multiplier((double)(hires / out->scale), &m32, &out_exp);
+        if (out_exp > 0) UNSUP("input/output scale ratio too large for int8 HARD_SWISH");
+        out_m16 = down16(m32);
+        er_quantize_multiplier((double)(hires / (3.0f / 32768.0f)), &m32, &rel_exp);
+        rel_m16 = down16(m32);
+    }
+    const float inv = 1.0f / out->scale;
+    for (int32_t v = -128; v <= 127; v++) {
+        int32_t q;
+        if (n->op == 14 || n->op == 28) { /* LOGISTIC, TANH: LUTPopulate in float32 */
+            const float x = in->scale * (float)(v - zi);
+            const float y = n->op == 14 ? 1.0f / (1.0f + expf(-x)) : tanhf(x);
+            q = f2i(roundf(y * inv) + (float)zo);
+        } else if (n->op == 98) {
+            const int32_t d = v - zi;
+            q = wadd(d >= 0 ? er_mbqm(d, m_id, s_id) : er_mbqm(d, m_a, s_a), zo);
+        } else { /* HARD_SWISH */
+            const int32_t hi = (v - zi) * 128;
+            const int32_t pre = srdhm16(hi, out_m16);
+            int32_t r = hi;
+            if (rel_exp > 0) r = satl16(r, rel_exp - 1);
+            r = srdhm16(r, rel_m16);
+            if (rel_exp > 0) r = satl16(r, 1);
+            else if (rel_exp < 0) r = rdbpot(r, -rel_exp);
+            r = (r + (1 << 15)) >> 1;
+            int32_t o = rdbpot(sdhm16(r, pre), -out_exp);
+            q = ((o + zo + (1 << 15)) & 0xFFFF) - (1 << 15);
+        }
+        n->itable[(uint8_t)(int8_t)v] = (int8_t)clampi(q, -128, 127);
+    }
+    return ER_OK;
+}
+
+static int prep_prelu(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *al = tin(m, n, 1), *out = tout(m, n);
+    if (n->n_in != 2 || !is_i8(in) || !is_i8(al) || !is_i8(out)) UNSUP("only int8 input, alpha and output are supported");
+    if (al->scales.n != 1) UNSUP("alpha must be quantized per tensor");
+    if (!broadcastable(al, out) || !broadcastable(in, out) || in->ndim != out->ndim || in->count != out->count)
+        FAIL("alpha does not broadcast to the input shape");
+    for (int i = 0; i < in->ndim; i++) if (in->dims[i] != out->dims[i]) FAIL("output shape differs from the input");
+    er_quantize_multiplier((double)(in->scale / out->scale), &n->mult1, &n->shift1);
+    er_quantize_multiplier((double)(in->scale * al->scale / out->scale), &n->mult2, &n->shift2);
+    return ER_OK;
+}
+
+/* ---- data movement as a strided view: out[i0..ik] = in[off + sum(i_d * stride_d)] --------- */
+typedef struct {
+    int32_t nd, off;
+    int32_t dims[ER_MAX_DIMS], stride[ER_MAX_DIMS];
+} er_view;
+
+static uint32_t esize(const er_tensor *t) { return t->count ? t->bytes / t->count : 0; }
+
+static void strides_of(const er_tensor *t, int32_t *st) {
+    int32_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) { st[d] = s; s *= t->dims[d]; }
+}
+
+/* check a view stays inside `in` and covers `out` exactly; store it in the node */
+static int set_view(er_node *n, const er_view *v, const er_tensor *in, const er_tensor *out, char *err, size_t errlen) {
+    int64_t lo = v->off, hi = v->off, count = 1;
+    for (int d = 0; d < v->nd; d++) {
+        if (v->dims[d] < 1) FAIL("empty slice");
+        int64_t span = (int64_t)(v->dims[d] - 1) * v->stride[d];
+        if (span < 0) lo += span; else hi += span;
+        count *= v->dims[d];
+    }
+    if (lo < 0 || hi >= (int64_t)in->count) FAIL("slice reaches outside the input");
+    if (count != (int64_t)out->count) FAIL("output has %u elements, the slice %lld", (unsigned)out->count, (long long)count);
+    if (esize(in) != esize(out) || in->type != out->type) FAIL("input and output types differ");
+    er_view *p = pool_alloc(sizeof *p);
+    if (!p) FAIL("out of prepare memory");
+    *p = *v;
+    n->view = p;
+    return ER_OK;
+}
+
+static int const_ints(const er_tensor *t, int32_t *out, uint32_t max, uint32_t *n) {
+    if (!t || !t->is_const || (t->type != ER_TYPE_INT32 && t->type != ER_TYPE_INT64) || t->count > max) return 0;
+    for (uint32_t i = 0; i < t->count; i++) {
+        if (t->type == ER_TYPE_INT32) out[i] = ld_i32(t->cdata + 4 * i);
+        else {
+            int64_t v;
+            memcpy(&v, t->cdata + 8 * i, 8);
+            if (v < INT32_MIN || v > INT32_MAX) return 0;
+            out[i] = (int32_t)v;
+        }
+    }
+    *n = t->count;
+    return 1;
+}
+
+static int prep_transpose(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    int32_t perm[ER_MAX_DIMS], st[ER_MAX_DIMS];
+    uint32_t np;
+    if (!const_ints(tin(m, n, 1), perm, ER_MAX_DIMS, &np) || np != in->ndim || out->ndim != in->ndim)
+        FAIL("perm must be a constant int32 vector of the input's rank");
+    strides_of(in, st);
+    er_view v = {.nd = in->ndim, .off = 0};
+    uint32_t seen = 0;
+    for (int i = 0; i < in->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= in->ndim || (seen & (1u << perm[i]))) FAIL("perm is not a permutation");
+        seen |= 1u << perm[i];
+        v.dims[i] = in->dims[perm[i]];
+        v.stride[i] = st[perm[i]];
+        if (out->dims[i] != v.dims[i]) FAIL("output shape does not follow perm");
+    }
+    return set_view(n, &v, in, out, err, errlen);
+}
+
+static int prep_slice(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    int32_t b[ER_MAX_DIMS], e[ER_MAX_DIMS], s[ER_MAX_DIMS], st[ER_MAX_DIMS];
+    uint32_t nb, ne, ns = 0;
+    const int strided = n->op == 45;
+    if (!const_ints(tin(m, n, 1), b, ER_MAX_DIMS, &nb) || !const_ints(tin(m, n, 2), e, ER_MAX_DIMS, &ne) ||
+        (strided && !const_ints(tin(m, n, 3), s, ER_MAX_DIMS, &ns)) || nb != in->ndim || ne != in->ndim ||
+        (strided && ns != in->ndim))
+        FAIL("begin/%s%s must be constant int32 vectors of the input's rank", strided ? "end" : "size", strided ? "/strides" : "");
+    if (strided && (n->mask[2] || n->mask[3])) UNSUP("ellipsis and new-axis masks");
+    strides_of(in, st);
+    er_view v = {.nd = in->ndim, .off = 0};
+    int od = 0;
+    for (int d = 0; d < in->ndim; d++) {
+        const int64_t dim = in->dims[d];
+        int64_t start, stop, stride = strided ? s[d] : 1, cnt;
+        if (stride == 0) FAIL("stride 0");
+        if (strided) { /* strided_slice_logic.h StartForAxis / StopForAxis */
+            start = b[d];
+            if (n->mask[0] & (1 << d)) start = stride > 0 ? INT32_MIN : INT32_MAX;
+            if (start < 0) start += dim;
+            start = stride > 0 ? (start < 0 ? 0 : (start > dim ? dim : start)) : (start < -1 ? -1 : (start > dim - 1 ? dim - 1 : start));
+            if (n->mask[4] & (1 << d)) stop = start + 1;
+            else {
+                stop = e[d];
+                if (n->mask[1] & (1 << d)) stop = stride > 0 ? INT32_MAX : INT32_MIN;
+                if (stop < 0) stop += dim;
+                stop = stride > 0 ? (stop < 0 ? 0 : (stop > dim ? dim : stop)) : (stop < -1 ? -1 : (stop > dim - 1 ? dim - 1 : stop));
+            }
+            cnt = stride > 0 ? (stop - start + stride - 1) / stride : (start - stop - stride - 1) / -stride;
+        } else {
+            start = b[d];
+            cnt = e[d] == -1 ? dim - start : e[d];
+            if (start < 0 || cnt < 0 || start + cnt > dim) FAIL("slice outside the input");
+        }
+        if (cnt < 1) FAIL("empty slice");
+        v.dims[d] = (int32_t)cnt;
+        v.stride[d] = (int32_t)(stride * st[d]);
+        v.off += (int32_t)(start * st[d]);
+        if (strided && (n->mask[4] & (1 << d))) {
+            if (cnt != 1) FAIL("shrunk axis of size %lld", (long long)cnt);
+            continue;
+        }
+        if (od >= out->ndim || out->dims[od] != cnt) FAIL("output shape does not match the slice");
+        od++;
+    }
+    if (od != out->ndim) FAIL("output rank does not match the slice");
+    return set_view(n, &v, in, out, err, errlen);
+}
+
+static int prep_space_depth(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int32_t b = n->alpha_i;
+    if (in->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
+    if (b < 1 || b > 4096) FAIL("block size %d", (int)b);
+    const int32_t N = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    er_view v = {.nd = 6, .off = 0};
+    if (n->op == 5) { /* DEPTH_TO_SPACE: out[N, H*b, W*b, C/(b*b)] */
+        if (C % (b * b)) FAIL("channels not divisible by block^2");
+        const int32_t co = C / (b * b);
+        if (out->dims[0] != N || out->dims[1] != H * b || out->dims[2] != W * b || out->dims[3] != co) FAIL("output shape");
+        const int32_t d[6] = {N, H, b, W, b, co}, s[6] = {H * W * C, W * C, b * co, C, co, 1};
+        memcpy(v.dims, d, sizeof d);
+        memcpy(v.stride, s, sizeof s);
+    } else { /* SPACE_TO_DEPTH: out[N, H/b, W/b, C*b*b] */
+        if (H % b || W % b) FAIL("height/width not divisible by block");
+        if (out->dims[0] != N || out->dims[1] != H / b || out->dims[2] != W / b || (int64_t)out->dims[3] != (int64_t)C * b * b) FAIL("output shape");
+        const int32_t d[6] = {N, H / b, W / b, b, b, C}, s[6] = {H * W * C, b * W * C, b * C, W * C, C, 1};
+        memcpy(v.dims, d, sizeof d);
+        memcpy(v.stride, s, sizeof s);
+    }
+    return set_view(n, &v, in, out, err, errlen);
+}
+
+static int prep_resize_nn(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    int32_t sz[2];
+    uint32_t ns;
+    if (in->ndim != 4 || out->ndim != 4 || !const_ints(tin(m, n, 1), sz, 2, &ns) || ns != 2) FAIL("size must be a constant int32[2] for 4-D tensors");
+    if (sz[0] != out->dims[1] || sz[1] != out->dims[2] || out->dims[0] != in->dims[0] || out->dims[3] != in->dims[3]) FAIL("output shape");
+    if (in->type != out->type) FAIL("types differ");
+    return ER_OK;
+}
+
+static int32_t nn_index(int32_t o, int32_t in_size, int32_t out_size, int align, int half) {
+    const float scale = (align && out_size > 1) ? (float)(in_size - 1) / (float)(out_size - 1) : (float)in_size / (float)out_size;
+    const float offset = half ? 0.5f : 0.0f;
+    int32_t v = align ? f2i(roundf(((float)o + offset) * scale)) : f2i(floorf(((float)o + offset) * scale));
+    if (v > in_size - 1) v = in_size - 1;
+    if (half && v < 0) v = 0;
+    return v;
+}
+
+static int axes_mask(er_model *m, er_node *n, const er_tensor *in, uint32_t *red, char *err, size_t errlen) {
+    int32_t ax[ER_MAX_DIMS];
+    uint32_t na;
+    if (!const_ints(tin(m, n, 1), ax, ER_MAX_DIMS, &na) || na == 0) FAIL("axis must be a constant int32 vector");
+    *red = 0;
+    for (uint32_t i = 0; i < na; i++) {
+        int32_t a = ax[i] < 0 ? ax[i] + in->ndim : ax[i];
+        if (a < 0 || a >= in->ndim) FAIL("axis %d out of range", (int)ax[i]);
+        *red |= 1u << a;
+    }
+    return ER_OK;
+}
+
+static int prep_reduce_max(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    if (!same_q(in, out)) UNSUP("input and output quantization differ");
+    uint32_t red;
+    int rc = axes_mask(m, n, in, &red, err, errlen);
+    if (rc != ER_OK) return rc;
+    uint64_t expect = 1;
+    for (int i = 0; i < in->ndim; i++) if (!(red & (1u << i))) expect *= (uint64_t)in->dims[i];
+    if ((uint64_t)out->count != expect) FAIL("output has %u elements, expected %llu", (unsigned)out->count, (unsigned long long)expect);
+    n->axis = (int32_t)red;
+    return ER_OK;
+}
+
+static int prep_arg_max(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    int32_t ax;
+    uint32_t na;
+    if (!is_i8(in)) UNSUP("only int8 input");
+    if (!const_ints(tin(m, n, 1), &ax, 1, &na) || na != 1) FAIL("axis must be a constant int32 scalar");
+    if (ax < 0) ax += in->ndim;
+    if (ax < 0 || ax >= in->ndim) FAIL("axis out of range");
+    if (out->ndim != in->ndim - 1) FAIL("output rank");
+    for (int d = 0, o = 0; d < in->ndim; d++) {
+        if (d == ax) continue;
+        if (out->dims[o++] != in->dims[d]) FAIL("output shape");
+    }
+    n->axis = ax;
+    return ER_OK;
+}
+
+static int prep_gather(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *p = tin(m, n, 0), *ix = tin(m, n, 1), *out = tout(m, n);
+    if (!ix || (ix->type != ER_TYPE_INT32 && ix->type != ER_TYPE_INT64)) FAIL("indices must be int32 or int64");
+    if (n->alpha_i != 0) UNSUP("batch_dims");
+    int32_t ax = n->axis < 0 ? n->axis + p->ndim : n->axis;
+    if (ax < 0 || ax >= p->ndim) FAIL("axis out of range");
+    if (p->ndim - 1 + ix->ndim != out->ndim) FAIL("output rank");
+    int o = 0;
+    for (int d = 0; d < ax; d++) if (out->dims[o++] != p->dims[d]) FAIL("output shape");
+    for (int d = 0; d < ix->ndim; d++) if (out->dims[o++] != ix->dims[d]) FAIL("output shape");
+    for (int d = ax + 1; d < p->ndim; d++) if (out->dims[o++] != p->dims[d]) FAIL("output shape");
+    if (p->type != out->type) FAIL("types differ");
+    if (p->type == ER_TYPE_INT8 && !same_q(p, out)) UNSUP("input and output quantization differ");
+    n->axis = ax;
+    return ER_OK;
+}
+
+static int prep_mirror_pad(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    int32_t pd[2 * ER_MAX_DIMS];
+    uint32_t np;
+    if (!const_ints(tin(m, n, 1), pd, 2 * ER_MAX_DIMS, &np) || np != 2u * in->ndim || out->ndim != in->ndim)
+        FAIL("paddings must be a constant int32 [rank, 2]");
+    if (n->alpha_i != 0 && n->alpha_i != 1) FAIL("mode %d", (int)n->alpha_i);
+    if (in->type != out->type || (in->type == ER_TYPE_INT8 && !same_q(in, out))) UNSUP("input and output quantization differ");
+    for (int d = 0; d < in->ndim; d++) {
+        const int32_t lim = in->dims[d] - (n->alpha_i == 0 ? 1 : 0);
+        if (pd[2 * d] < 0 || pd[2 * d + 1] < 0 || pd[2 * d] > lim || pd[2 * d + 1] > lim) FAIL("padding larger than the input");
+        if ((int64_t)in->dims[d] + pd[2 * d] + pd[2 * d + 1] != out->dims[d]) FAIL("paddings do not match the output shape");
+    }
+    n->pc_shift = pool_alloc(sizeof(int32_t) * in->ndim);
+    if (!n->pc_shift) FAIL("out of prepare memory");
+    for (int d = 0; d < in->ndim; d++) n->pc_shift[d] = pd[2 * d];
+    return ER_OK;
+}
+
+/* PACK / UNPACK / SPLIT / SPLIT_V: one tensor split along an axis into (or joined from) pieces;
+ * sizes per piece in pc_mult (from the pool). */
+static int prep_pieces(er_model *m, er_node *n, char *err, size_t errlen) {
+    const int join = n->op == 83;
+    er_tensor *whole = join ? tout(m, n) : tin(m, n, n->op == 49 ? 1 : 0);
+    const int npieces = join ? n->n_in : n->n_out;
+    int32_t ax;
+    if (n->op == 83 || n->op == 88) {
+        ax = n->axis < 0 ? n->axis + whole->ndim : n->axis;
+        if (n->alpha_i != npieces) FAIL("%d pieces but the option says %d", npieces, (int)n->alpha_i);
+    } else {
+        uint32_t na;
+        if (!const_ints(tin(m, n, n->op == 49 ? 0 : 2), &ax, 1, &na) || na != 1) FAIL("axis must be a constant int32 scalar");
+        if (ax < 0) ax += whole->ndim;
+        if (n->alpha_i != npieces) FAIL("num_splits is %d but the op has %d outputs", (int)n->alpha_i, npieces);
+    }
+    if (ax < 0 || ax >= whole->ndim) FAIL("axis out of range");
+    n->pc_mult = pool_alloc(sizeof(int32_t) * (uint32_t)npieces);
+    if (!n->pc_mult) FAIL("out of prepare memory");
+    int64_t sum = 0;
+    for (int k = 0; k < npieces; k++) {
+        er_tensor *t = join ? tin(m, n, k) : &m->tensors[n->outs[k]];
+        if (!t || t->type != whole->type || (whole->type == ER_TYPE_INT8 && !same_q(t, whole)))
+            UNSUP("pieces with another type or quantization than the whole");
+        int32_t size;
+        if (n->op == 83 || n->op == 88) { /* the piece lacks the axis */
+            if (t->ndim != whole->ndim - 1) FAIL("piece %d rank", k);
+            for (int d = 0, e = 0; d < whole->ndim; d++)
+                if (d != ax && t->dims[e++] != whole->dims[d]) FAIL("piece %d shape", k);
+            size = 1;
+        } else {
+            if (t->ndim != whole->ndim) FAIL("piece %d rank", k);
+            for (int d = 0; d < whole->ndim; d++)
+                if (d != ax && t->dims[d] != whole->dims[d]) FAIL("piece %d shape", k);
+            size = t->dims[ax];
+        }
+        n->pc_mult[k] = size;
+        sum += size;
+    }
+    if (sum != whole->dims[ax]) FAIL("pieces add up to %lld along the axis, not %d", (long long)sum, (int)whole->dims[ax]);
+    if (n->op == 49) { /* SPLIT: equal pieces */
+        for (int k = 1; k < npieces; k++) if (n->pc_mult[k] != n->pc_mult[0]) FAIL("unequal split");
+    } else if (n->op == 102) { /* SPLIT_V: size_splits must agree (-1 = the rest) */
+        int32_t sz[ER_MAX_OP_OUTPUTS];
+        uint32_t ns;
+        if (!const_ints(tin(m, n, 1), sz, ER_MAX_OP_OUTPUTS, &ns) || ns != (uint32_t)npieces) FAIL("size_splits must be a constant int32 vector");
+        for (int k = 0; k < npieces; k++) if (sz[k] != -1 && sz[k] != n->pc_mult[k]) FAIL("size_splits do not match the outputs");
+    }
+    n->axis = ax;
+    return ER_OK;
+}
+
 static const char *type_name(uint8_t t) {
     switch (t) {
         case ER_TYPE_FLOAT32: return "float32";
@@ -420,18 +782,31 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         UNSUP("unsupported op %s (builtin code %u); this firmware runs:" ER_OP_TABLE(ER_OP_NAME_LIST),
               er_op_name(n->op), (unsigned)n->op);
     if (n->n_in == 0 || n->in[0] < 0) FAIL("missing input");
-    if (!types_allowed(types, tin(m, n, 0), tout(m, n)))
+    const int data = n->op == 49 ? 1 : 0; /* SPLIT: input 0 is the axis */
+    if (!tin(m, n, data)) FAIL("missing input");
+    if (!types_allowed(types, tin(m, n, data), tout(m, n)))
         UNSUP("%s takes %s (input>output types), not %s>%s", er_op_name(n->op), types,
-              type_name(tin(m, n, 0)->type), type_name(tout(m, n)->type));
+              type_name(tin(m, n, data)->type), type_name(tout(m, n)->type));
     switch (n->op) {
         case 3: return prep_conv(m, n, err, errlen, 0);
         case 4: return prep_conv(m, n, err, errlen, 1);
         case 9: return prep_fc(m, n, err, errlen);
         case 1: case 17: return prep_pool(m, n, err, errlen);
-        case 0: case 18: return prep_binary(m, n, err, errlen);
+        case 0: case 18: case 41: case 55: case 57: case 99: return prep_binary(m, n, err, errlen);
+        case 28: case 98: case 117: return prep_lut(m, n, err, errlen);
+        case 54: return prep_prelu(m, n, err, errlen);
+        case 39: return prep_transpose(m, n, err, errlen);
+        case 45: case 65: return prep_slice(m, n, err, errlen);
+        case 5: case 26: return prep_space_depth(m, n, err, errlen);
+        case 97: return prep_resize_nn(m, n, err, errlen);
+        case 82: return prep_reduce_max(m, n, err, errlen);
+        case 56: return prep_arg_max(m, n, err, errlen);
+        case 36: return prep_gather(m, n, err, errlen);
+        case 100: return prep_mirror_pad(m, n, err, errlen);
+        case 49: case 83: case 88: case 102: return prep_pieces(m, n, err, errlen);
         case 40: return prep_mean(m, n, err, errlen);
         case 25: return prep_softmax(m, n, err, errlen);
-        case 14: return prep_logistic(m, n, err, errlen);
+        case 14: return prep_lut(m, n, err, errlen);
         case 19: case 21: return prep_relu(m, n, err, errlen);
         case 114: case 6: return prep_quantize(m, n, err, errlen);
         case 22: case 43: case 70: return prep_copy(m, n, err, errlen);
@@ -445,7 +820,8 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
 /* Work of one prepared node per inference (multiply-accumulates or element visits), for the
  * model's work budget (ER_MAX_WORK). 64-bit: each factor is at most 2^26. */
 uint64_t er_kernel_work(er_model *m, er_node *n) {
-    uint64_t w = tout(m, n)->count;
+    uint64_t w = 0;
+    for (int k = 0; k < n->n_out; k++) w += m->tensors[n->outs[k]].count;
     for (int k = 0; k < n->n_in; k++)
         if (tin(m, n, k)) w += tin(m, n, k)->count;
     er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
@@ -601,10 +977,17 @@ static void eval_binary(er_model *m, er_node *n) {
         }
         const int32_t va = (int32_t)xa[ia] - za, vb = (int32_t)xb[ib] - zb;
         int32_t r;
-        if (n->op == 0) {
+        if (n->op == 0 || n->op == 41 || n->op == 99) {
             const int32_t s1 = er_mbqm(va * (1 << n->left_shift), n->mult1, n->shift1);
             const int32_t s2 = er_mbqm(vb * (1 << n->left_shift), n->mult2, n->shift2);
-            r = wadd(er_mbqm(wadd(s1, s2), n->mult, n->shift), zo);
+            if (n->op == 99) {
+                const int32_t d = s1 - s2;
+                r = wadd(er_mbqm(d * d, n->mult, n->shift), zo);
+            } else {
+                r = wadd(er_mbqm(n->op == 0 ? wadd(s1, s2) : wadd(s1, -s2), n->mult, n->shift), zo);
+            }
+        } else if (n->op == 55 || n->op == 57) {
+            r = n->op == 55 ? (xa[ia] > xb[ib] ? xa[ia] : xb[ib]) : (xa[ia] < xb[ib] ? xa[ia] : xb[ib]);
         } else {
             r = wadd(er_mbqm(va * vb, n->mult, n->shift), zo);
         }
@@ -729,21 +1112,203 @@ static void eval_relu(er_model *m, er_node *n) {
     }
 }
 
+
+static void eval_prelu(er_model *m, er_node *n) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0), *al = i8in(m, n, 1);
+    int8_t *y = i8out(m, n);
+    int32_t sb[ER_MAX_DIMS], idx[ER_MAX_DIMS];
+    const int nd = out->ndim;
+    int32_t strb = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
+        sb[i] = db == 1 ? 0 : strb;
+        strb *= db;
+        idx[i] = 0;
+    }
+    for (uint32_t o = 0; o < a->count; o++) {
+        int32_t ib = 0;
+        for (int i = 0; i < nd; i++) ib += idx[i] * sb[i];
+        const int32_t v = (int32_t)x[o] - a->zp;
+        const int32_t r = v >= 0 ? er_mbqm(v, n->mult1, n->shift1) : er_mbqm(v * ((int32_t)al[ib] - b->zp), n->mult2, n->shift2);
+        y[o] = (int8_t)clampi(wadd(r, out->zp), -128, 127);
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < out->dims[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
+static void eval_view(er_model *m, er_node *n) {
+    const er_view *v = n->view;
+    const uint32_t es = esize(tin(m, n, 0));
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    int32_t idx[ER_MAX_DIMS] = {0};
+    int32_t off = v->off;
+    const uint32_t count = tout(m, n)->count;
+    const int last = v->nd - 1;
+    for (uint32_t o = 0; o < count; o++) {
+        if (es == 1) y[o] = x[off];
+        else memcpy(y + (size_t)o * es, x + (size_t)off * es, es);
+        for (int d = last; d >= 0; d--) { /* odometer, keeping the offset incrementally */
+            off += v->stride[d];
+            if (++idx[d] < v->dims[d]) break;
+            off -= v->stride[d] * v->dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static void eval_resize_nn(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const uint32_t es = esize(in);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], OH = out->dims[1], OW = out->dims[2];
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++) {
+            const int32_t iy = nn_index(oy, H, OH, n->flag1, n->flag2);
+            for (int32_t ox = 0; ox < OW; ox++) {
+                const int32_t ix = nn_index(ox, W, OW, n->flag1, n->flag2);
+                memcpy(y + (((size_t)b * OH + oy) * OW + ox) * C * es, x + (((size_t)b * H + iy) * W + ix) * C * es, (size_t)C * es);
+            }
+        }
+}
+
+static void eval_reduce_max(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    const uint32_t red = (uint32_t)n->axis;
+    int32_t idx[ER_MAX_DIMS] = {0};
+    memset(y, 0x80, out->count); /* -128 */
+    for (uint32_t i = 0; i < in->count; i++) {
+        uint32_t o = 0;
+        for (int d = 0; d < in->ndim; d++)
+            if (!(red & (1u << d))) o = o * (uint32_t)in->dims[d] + (uint32_t)idx[d];
+        if (x[i] > y[o]) y[o] = x[i];
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < in->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static void eval_arg_max(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    uint32_t outer = 1, inner = 1;
+    for (int d = 0; d < n->axis; d++) outer *= (uint32_t)in->dims[d];
+    for (int d = n->axis + 1; d < in->ndim; d++) inner *= (uint32_t)in->dims[d];
+    const uint32_t N = (uint32_t)in->dims[n->axis];
+    for (uint32_t o = 0; o < outer; o++)
+        for (uint32_t i = 0; i < inner; i++) {
+            const int8_t *p = x + (size_t)o * N * inner + i;
+            uint32_t best = 0;
+            for (uint32_t k = 1; k < N; k++) if (p[(size_t)k * inner] > p[(size_t)best * inner]) best = k;
+            const uint32_t at = o * inner + i;
+            if (out->type == ER_TYPE_INT64) {
+                int64_t v = best;
+                memcpy(y + 8 * (size_t)at, &v, 8);
+            } else {
+                int32_t v = (int32_t)best;
+                memcpy(y + 4 * (size_t)at, &v, 4);
+            }
+        }
+}
+
+static int eval_gather(er_model *m, er_node *n) {
+    er_tensor *p = tin(m, n, 0), *ix = tin(m, n, 1);
+    const uint32_t es = esize(p);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]), *ip = er_model_tensor_data(m, n->in[1]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    uint32_t outer = 1, inner = 1;
+    for (int d = 0; d < n->axis; d++) outer *= (uint32_t)p->dims[d];
+    for (int d = n->axis + 1; d < p->ndim; d++) inner *= (uint32_t)p->dims[d];
+    const int64_t N = p->dims[n->axis];
+    const size_t row = (size_t)inner * es;
+    for (uint32_t o = 0; o < outer; o++)
+        for (uint32_t i = 0; i < ix->count; i++) {
+            int64_t k;
+            if (ix->type == ER_TYPE_INT64) memcpy(&k, ip + 8 * (size_t)i, 8);
+            else k = ld_i32(ip + 4 * (size_t)i);
+            if (k < 0 || k >= N) return -1; /* LiteRT fails the invoke too */
+            memcpy(y, x + ((size_t)o * (size_t)N + (size_t)k) * row, row);
+            y += row;
+        }
+    return 0;
+}
+
+static void eval_mirror_pad(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const uint32_t es = esize(in);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    int32_t idx[ER_MAX_DIMS] = {0};
+    for (uint32_t o = 0; o < out->count; o++) {
+        uint32_t src = 0;
+        for (int d = 0; d < in->ndim; d++) {
+            const int32_t dim = in->dims[d];
+            int32_t i = idx[d] - n->pc_shift[d];
+            if (i < 0) i = n->alpha_i == 0 ? -i : -i - 1;
+            else if (i >= dim) i = n->alpha_i == 0 ? 2 * dim - 2 - i : 2 * dim - 1 - i;
+            src = src * (uint32_t)dim + (uint32_t)i;
+        }
+        memcpy(y + (size_t)o * es, x + (size_t)src * es, es);
+        for (int d = in->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < out->dims[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+static void eval_pieces(er_model *m, er_node *n) {
+    const int join = n->op == 83;
+    const int16_t wi = join ? n->out : n->in[n->op == 49 ? 1 : 0];
+    er_tensor *whole = &m->tensors[wi];
+    uint8_t *w = er_model_tensor_data(m, wi);
+    const uint32_t es = esize(whole);
+    uint32_t outer = 1, inner = 1;
+    for (int d = 0; d < n->axis; d++) outer *= (uint32_t)whole->dims[d];
+    for (int d = n->axis + 1; d < whole->ndim; d++) inner *= (uint32_t)whole->dims[d];
+    const int npieces = join ? n->n_in : n->n_out;
+    size_t pos = 0;
+    for (uint32_t o = 0; o < outer; o++)
+        for (int k = 0; k < npieces; k++) {
+            const size_t len = (size_t)n->pc_mult[k] * inner * es;
+            uint8_t *piece = er_model_tensor_data(m, join ? n->in[k] : n->outs[k]);
+            if (join) memcpy(w + pos, piece + o * len, len);
+            else memcpy(piece + o * len, w + pos, len);
+            pos += len;
+        }
+}
+
 int er_kernel_eval(er_model *m, er_node *n) {
     switch (n->op) {
         case 3: eval_conv(m, n); return 0;
         case 4: eval_dwconv(m, n); return 0;
         case 9: eval_fc(m, n); return 0;
         case 1: case 17: eval_pool(m, n); return 0;
-        case 0: case 18: eval_binary(m, n); return 0;
-        case 40: return eval_mean(m, n);
-        case 25: eval_softmax(m, n); return 0;
+        case 0: case 18: case 41: case 55: case 57: case 99: eval_binary(m, n); return 0;
+        case 28: case 98: case 117:
         case 14: {
             const int8_t *x = i8in(m, n, 0);
             int8_t *y = i8out(m, n);
             for (uint32_t i = 0; i < tin(m, n, 0)->count; i++) y[i] = n->itable[(uint8_t)x[i]];
             return 0;
         }
+        case 54: eval_prelu(m, n); return 0;
+        case 39: case 45: case 65: case 5: case 26: eval_view(m, n); return 0;
+        case 97: eval_resize_nn(m, n); return 0;
+        case 82: eval_reduce_max(m, n); return 0;
+        case 56: eval_arg_max(m, n); return 0;
+        case 36: return eval_gather(m, n);
+        case 100: eval_mirror_pad(m, n); return 0;
+        case 49: case 83: case 88: case 102: eval_pieces(m, n); return 0;
+        case 40: return eval_mean(m, n);
+        case 25: eval_softmax(m, n); return 0;
         case 19: case 21: eval_relu(m, n); return 0;
         case 114: case 6: eval_quantize(m, n); return 0;
         case 22: case 43: case 70:

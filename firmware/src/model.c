@@ -162,7 +162,21 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
         case 25: n->beta = fb_f32(opt, 0, 1.0f); break;               /* SOFTMAX */
         case 2: n->axis = fb_i32(opt, 0, 0); n->act = fb_u8(opt, 1, 0); break; /* CONCATENATION */
         case 0: case 18: n->act = fb_u8(opt, 0, 0); break;            /* ADD, MUL */
-        case 40: n->keep_dims = fb_u8(opt, 0, 0); break;              /* MEAN */
+        case 40: case 82: n->keep_dims = fb_u8(opt, 0, 0); break;     /* MEAN, REDUCE_MAX */
+        case 41: n->act = fb_u8(opt, 0, 0); break;                      /* SUB */
+        case 98: n->beta = fb_f32(opt, 0, 0.0f); break;                 /* LEAKY_RELU: alpha */
+        case 45: /* STRIDED_SLICE */
+            for (int k = 0; k < 5; k++) n->mask[k] = fb_i32(opt, k, 0);
+            if (fb_u8(opt, 5, 0)) return 0; /* offset=true */
+            break;
+        case 97: n->flag1 = fb_u8(opt, 0, 0); n->flag2 = fb_u8(opt, 1, 0); break; /* RESIZE_NEAREST_NEIGHBOR */
+        case 23: n->flag1 = fb_u8(opt, 2, 0); n->flag2 = fb_u8(opt, 3, 0); break; /* RESIZE_BILINEAR */
+        case 5: case 26: n->alpha_i = fb_i32(opt, 0, 0); break;         /* DEPTH_TO_SPACE, SPACE_TO_DEPTH */
+        case 36: n->axis = fb_i32(opt, 0, 0); n->alpha_i = fb_i32(opt, 1, 0); break; /* GATHER: axis, batch_dims */
+        case 56: n->alpha_i = fb_u8(opt, 0, 4); break;                  /* ARG_MAX: output type */
+        case 49: case 102: n->alpha_i = fb_i32(opt, 0, 0); break;       /* SPLIT, SPLIT_V: num_splits */
+        case 83: case 88: n->alpha_i = fb_i32(opt, 0, 0); n->axis = fb_i32(opt, 1, 0); break; /* PACK, UNPACK */
+        case 100: n->alpha_i = fb_u8(opt, 0, 0); break;                 /* MIRROR_PAD: mode */
         default: break;
     }
     return 1;
@@ -290,27 +304,30 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
         fb_vector(&ot, 1, 4, &oin);
         fb_vector(&ot, 2, 4, &oout);
         if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator vectors", &m->fb);
-        if (oin.n > ER_MAX_OP_INPUTS || oout.n != 1) {
+        if (oin.n > ER_MAX_OP_INPUTS || oout.n < 1 || oout.n > ER_MAX_OP_OUTPUTS) {
             snprintf(err, errlen, "op %u (%s) has %u inputs and %u outputs", (unsigned)i, er_op_name(n->op),
                      (unsigned)oin.n, (unsigned)oout.n);
             return ER_ERR_MODEL_INVALID;
         }
         n->n_in = (uint8_t)oin.n;
-        for (uint32_t k = 0; k <= oin.n; k++) {
-            int32_t ti = k < oin.n ? fb_vec_i32(&m->fb, &oin, k) : fb_vec_i32(&m->fb, &oout, 0);
-            if (ti < -1 || ti >= (int32_t)tensors.n || (k == oin.n && ti < 0)) {
+        n->n_out = (uint8_t)oout.n;
+        for (uint32_t k = 0; k < oin.n + oout.n; k++) {
+            int32_t ti = k < oin.n ? fb_vec_i32(&m->fb, &oin, k) : fb_vec_i32(&m->fb, &oout, k - oin.n);
+            if (ti < -1 || ti >= (int32_t)tensors.n || (k >= oin.n && ti < 0)) {
                 snprintf(err, errlen, "op %u (%s) refers to tensor %d", (unsigned)i, er_op_name(n->op), (int)ti);
                 return ER_ERR_MODEL_INVALID;
             }
             if (k < oin.n) n->in[k] = (int16_t)ti;
-            else n->out = (int16_t)ti;
+            else n->outs[k - oin.n] = (int16_t)ti;
             if (ti < 0) continue;
             er_tensor *tt = &m->tensors[ti];
             tt->used = 1;
             if ((int32_t)i < tt->first) tt->first = (int32_t)i;
             if ((int32_t)i > tt->last) tt->last = (int32_t)i;
+            if (k >= oin.n && tt->is_const)
+                return bad(err, errlen, ER_ERR_MODEL_INVALID, "an op writes a constant tensor", NULL);
         }
-        if (m->tensors[n->out].is_const) return bad(err, errlen, ER_ERR_MODEL_INVALID, "an op writes a constant tensor", NULL);
+        n->out = n->outs[0];
         fb_table_field(&ot, 4, &opt);
         if (!read_options(m, &opt, n)) {
             snprintf(err, errlen, "op %u (%s): unsupported options", (unsigned)i, er_op_name(n->op));

@@ -10,6 +10,7 @@
 #include "fb.h"
 
 #define ER_MAX_OP_INPUTS 8
+#define ER_MAX_OP_OUTPUTS 16 /* SPLIT / SPLIT_V / UNPACK */
 
 typedef struct {
     uint8_t type, ndim, is_const, used;
@@ -28,7 +29,9 @@ typedef struct {
     uint32_t op;              /* BuiltinOperator code */
     uint8_t n_in;
     int16_t in[ER_MAX_OP_INPUTS];
-    int16_t out;
+    int16_t out;              /* outs[0] */
+    uint8_t n_out;
+    int16_t outs[ER_MAX_OP_OUTPUTS];
     /* options */
     int32_t padding, stride_w, stride_h, dil_w, dil_h, filter_w, filter_h, depth_mult, act, axis;
     uint8_t keep_dims;
@@ -40,6 +43,10 @@ typedef struct {
     float *ftable;               /* SOFTMAX: exp table */
     int8_t *itable;              /* LOGISTIC: lookup table */
     int32_t mean_kind;
+    int32_t alpha_i;          /* misc integer option (block size, mode, masks, output type) */
+    int32_t mask[5];          /* STRIDED_SLICE: begin, end, ellipsis, new_axis, shrink masks */
+    uint8_t flag1, flag2;     /* RESIZE_*: align_corners, half_pixel_centers */
+    void *view;               /* data-movement ops: an er_view from the pool */
 } er_node;
 
 typedef struct {
