@@ -167,3 +167,23 @@ def test_usage_errors_exit_2_in_one_line(model_path, args, message):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert message in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_takes_a_bundle_by_content(tmp_path, model_path):
+    from edgerun.bundle import write_bundle
+
+    b = write_bundle(model_path.read_bytes(), tmp_path / "m.anything", target="cpu")
+    r = edgerun("bench", b, "--engines", "edgerun", "-n", "3", "--no-loadgen", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    import hashlib
+
+    assert rep["rules"]["model_sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()
+    assert "bundle" in rep
+
+
+def test_report_that_cannot_be_written_is_one_line(tmp_path, model_path):
+    (tmp_path / "d.html").mkdir()
+    r = edgerun("bench", model_path, "--engines", "edgerun", "-n", "2", "--no-loadgen", "--report", tmp_path / "d.html")
+    assert r.returncode == 3 and "cannot write the report" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -26,10 +26,10 @@ import numpy as np
 
 from edgerun.bench.power import sysfs_root
 from edgerun.bench.sampler import Telemetry, energy_figures
-from edgerun.bench.scenarios import SCENARIOS, Runner, _check_rules, loadgen_version, run_loadgen, run_own
+from edgerun.bench.scenarios import SCENARIOS, Run, Runner, _check_rules, loadgen_version, run_loadgen, run_own
 from edgerun.errors import EdgerunError, UsageError
 
-__all__ = ["ENGINES", "SCENARIOS", "PeakRss", "Telemetry", "benchmark", "check_engines"]
+__all__ = ["ENGINES", "SCENARIOS", "PeakRss", "Run", "Telemetry", "benchmark", "check_engines", "engine_result"]
 
 ENGINES = ("edgerun", "litert", "litert-xnnpack")
 
@@ -75,6 +75,21 @@ class PeakRss:
         if self.reset and self.base is not None and hwm is not None:
             self.bytes = max(0, hwm - self.base)
         return False
+
+
+def engine_result(run: Run, *, kernel_path: str, origin: float = 0.0) -> dict:
+    """One engine's entry of a report from a timed :class:`Run` (host, board or MCU runs alike:
+    the MCU path fills a Run with the device's per-invoke latencies and gets the same fields)."""
+    if not run.latencies:
+        raise EdgerunError("no timed invokes to report")
+    r = _stats(run.latencies)
+    r["latency_ms"] = {k[:-3]: r[k] for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}
+    r["latency_ms"].update(min=min(run.latencies) * 1e3, max=max(run.latencies) * 1e3)
+    r.update(queries=len(run.latencies), inferences=run.samples, duration_s=run.duration,
+             throughput_ips=run.samples / run.duration if run.duration > 0 else None,
+             kernel_path=kernel_path, driver=run.driver, window_s=[run.t0 - origin, run.t1 - origin],
+             samples={"start_s": [s - origin for s in run.starts], "latency_ms": [x * 1e3 for x in run.latencies]})
+    return r
 
 
 def check_engines(engines) -> tuple[str, ...]:
@@ -182,15 +197,7 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
                 continue
             if telemetry is not None and telemetry.source is not None:
                 telemetry.wait_samples(telemetry.window_samples(0, run.t1) + 1, timeout=5)
-            r = _stats(run.latencies)
-            r["latency_ms"] = {k[:-3]: r[k] for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}
-            r["latency_ms"].update(min=min(run.latencies) * 1e3, max=max(run.latencies) * 1e3)
-            r.update(queries=len(run.latencies), inferences=run.samples, duration_s=run.duration,
-                     throughput_ips=run.samples / run.duration if run.duration > 0 else None,
-                     kernel_path=runners[0].kernel_path, driver=run.driver,
-                     window_s=[run.t0 - origin, run.t1 - origin],
-                     samples={"start_s": [s - origin for s in run.starts],
-                              "latency_ms": [x * 1e3 for x in run.latencies]})
+            r = engine_result(run, kernel_path=runners[0].kernel_path, origin=origin)
             if run.loadgen:
                 r["loadgen"] = run.loadgen
             r["energy"] = energy_figures(telemetry, run.t0, run.t1, run.samples, idle_w, subtract_idle)

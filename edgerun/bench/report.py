@@ -249,9 +249,16 @@ def bench_html(rep: dict, base: Path | None = None) -> str:
     return _page(title, sub, "".join(parts))
 
 
+def _write(path: Path, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise EdgerunError(f"cannot write the report {path}: {e.strerror}") from None
+
+
 def write_bench_report(rep: dict, path: Path) -> None:
     path = Path(path)
-    path.write_text(bench_html(rep, base=path.resolve().parent))
+    _write(path, bench_html(rep, base=path.resolve().parent))
 
 
 # ---- convert ----------------------------------------------------------------------------------
@@ -290,4 +297,4 @@ def convert_html(d: dict) -> str:
 
 
 def write_convert_report(d: dict, path: Path) -> None:
-    Path(path).write_text(convert_html(d))
+    _write(path, convert_html(d))

@@ -288,7 +288,10 @@ def run_loadgen(scenario: str, runners: list[Runner], *, min_queries: int, min_d
     tmp = None
     if outdir is None:
         tmp = outdir = Path(tempfile.mkdtemp(prefix="edgerun-loadgen-"))
-    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--loadgen-dir {outdir}: {e.strerror}") from None
     for attempt in range(3):
         settings = lg.TestSettings()
         settings.scenario = lg.TestScenario.SingleStream if scenario == "single-stream" else lg.TestScenario.Offline
