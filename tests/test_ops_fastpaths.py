@@ -293,10 +293,12 @@ def test_conv_int8_blocks_match_litert(monkeypatch, spec_args):
     ((1, 65, 52, 8), 2, (2, 2)),   # depth multiplier, stride phases
     ((1, 20, 64, 32), 1, (1, 1)),  # weight tiles of 16 x 32 values, narrower than OW
 ])
-def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride):
-    """Row blocks of a few rows (and a short last one) through the tap loop."""
+@pytest.mark.parametrize("cols_min_channels", [1, 10 ** 9])  # window columns + einsum, or the tap loop
+def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride, cols_min_channels):
+    """Row blocks of a few rows (and a short last one) through both large-output int8 paths."""
     from edgerun.ops.conv import DepthwiseConv2D
 
+    monkeypatch.setattr(DepthwiseConv2D, "COLS_MIN_CHANNELS", cols_min_channels)
     monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 26 * 16 * 3)  # a few output rows per block
     monkeypatch.setattr(Requantizer, "BLOCK", 100)
     dw_spec(shape, dm, 3, 3, stride=stride, seed=dm).run_int8(seed=dm)
