@@ -234,6 +234,7 @@ def test_cli_energy_per_inference_from_powercap(sysroot, tiny_model):
     assert rep["thermal"]["throttled"] is False
     assert rep["energy"]["available_sources"] == ["powercap:intel-rapl:0"]
     assert len(rep["telemetry"]["power"]["w"]) > 20
+    assert rep["telemetry"]["power"]["summary"]["mean_w"] == pytest.approx(7.5, rel=0.1)
 
 
 def test_cli_says_when_there_is_no_power_source(sysroot, tiny_model):
@@ -261,3 +262,17 @@ def test_cli_user_supplied_power_is_labelled(sysroot, tiny_model):
     text = edgerun("bench", tiny_model, "--engines", "edgerun", "-n", "10", "--min-duration", "0.1",
                    "--no-loadgen", "--power-w", "2.5", env=env)
     assert "USER-SUPPLIED" in text.stdout
+
+
+def test_rapl_msr_interface_before_mmio(sysroot):
+    make_powercap(sysroot)
+    z = sysroot / "class" / "powercap" / "intel-rapl-mmio:0"
+    z.mkdir()
+    (z / "energy_uj").write_text("5\n")
+    (z / "max_energy_range_uj").write_text("1000\n")
+    assert [s.name for s in powercap_sources()] == ["powercap:intel-rapl:0", "powercap:intel-rapl-mmio:0"]
+
+
+def test_subtract_idle_needs_a_measured_idle(sysroot, tiny_model):
+    r = edgerun("bench", tiny_model, "--power-w", "3", "--subtract-idle")
+    assert r.returncode == 2 and "--subtract-idle" in r.stderr

@@ -244,8 +244,12 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
         tp, wp = telemetry.power_curve()
         report["telemetry"] = {
             "interval_s": telemetry.interval, "missed_samples": telemetry.missed,
-            "power": {"t_s": [t - origin for t in tp], "w": list(map(float, wp))},
-            "thermal": {"t_s": [t - origin for t in telemetry.tt], "temp_c": telemetry.temps,
+            "power": {"t_s": [t - origin for t in tp], "w": list(map(float, wp)),
+                      "summary": {"samples": len(telemetry.t), "min_w": float(np.min(wp)) if len(wp) else None,
+                                  "max_w": float(np.max(wp)) if len(wp) else None,
+                                  "mean_w": float(np.mean(wp)) if len(wp) else None}},
+            "thermal": {"samples": len(telemetry.tt), "t_s": [t - origin for t in telemetry.tt],
+                        "temp_c": telemetry.temps,
                         "cpu_mhz": telemetry.freqs},
             "thermal_probe": telemetry.probe.describe() if telemetry.probe is not None else None}
     return report

@@ -269,7 +269,9 @@ def powercap_sources(root: Path | None = None) -> list[PowerSource]:
         # top-level zones only: "intel-rapl:0", not "intel-rapl:0:1" (inside package 0)
         if z.name.count(":") == 1 and _readable_int(z / "energy_uj"):
             by_vendor.setdefault(z.name.split(":")[0], []).append(z)
-    return [PowercapSource(zs) for zs in by_vendor.values()]
+    # the MSR interface ("intel-rapl", also on AMD) first; "intel-rapl-mmio" reports the same package
+    order = sorted(by_vendor, key=lambda v: (v != "intel-rapl", v))
+    return [PowercapSource(by_vendor[v]) for v in order]
 
 
 def hwmon_sources(root: Path | None = None) -> list[PowerSource]:

@@ -115,6 +115,9 @@ def bench_cli(
         raise UsageError(f"--runs must be at least 1, not {runs}")
     if not idle >= 0 or not interval > 0:
         raise UsageError("--idle must be 0 or more and --sample-interval more than 0 seconds")
+    if subtract_idle and (idle == 0 or power_w is not None):
+        raise UsageError("--subtract-idle needs an idle measurement (--idle > 0) from a measured source, "
+                         "not --power-w")
     if report_path is not None and report_path.suffix.lower() not in (".html", ".htm"):
         raise UsageError(f"--report {report_path}: give a .html file")
     if report_path is not None and not report_path.resolve().parent.is_dir():
