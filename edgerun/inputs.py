@@ -33,7 +33,7 @@ def _check_header(f, what: str, available: int | None) -> tuple[tuple, np.dtype]
             from None
     if dtype.hasobject or dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
         raise InputMismatchError(f"{what} holds {dtype!s} data; input arrays must be bool, integer or float")
-    if any((not isinstance(d, int)) or d < 0 for d in shape):
+    if any((not isinstance(d, int)) or d < 0 or d > MAX_ARRAY_BYTES for d in shape) or len(shape) > 32:
         raise InputMismatchError(f"{what} declares a bad shape {shape}")
     n = 1
     for d in shape:
@@ -53,7 +53,9 @@ def _read_array(f, what: str, available_after_header) -> np.ndarray:
     start = f.tell()
     shape, dtype = _check_header(f, what, None)
     avail = available_after_header(f.tell() - start)
-    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    n = 1
+    for d in shape:
+        n *= d
     if avail is not None and n * dtype.itemsize != avail:
         raise InputMismatchError(f"{what} declares {n * dtype.itemsize} bytes of data (shape {list(shape)}, "
                                  f"{dtype}) but holds {avail}")
@@ -131,7 +133,8 @@ def quantize_for(detail: dict, x: np.ndarray) -> np.ndarray:
         raise InputMismatchError(f"input '{detail['name']}': data holds NaN or infinite values; refusing to "
                                  f"quantize them to {dt.name}")
     info = np.iinfo(dt)
-    return np.clip(np.round(x / scale) + zp, info.min, info.max).astype(dt)
+    with np.errstate(over="ignore"):  # |x / scale| beyond float range saturates like any large value
+        return np.clip(np.round(x / scale) + zp, info.min, info.max).astype(dt)
 
 
 def dequantize_for(detail: dict, y: np.ndarray) -> np.ndarray:

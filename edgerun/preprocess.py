@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -145,12 +146,16 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
                 raise InputMismatchError(f"reading {p.name} needs Pillow: pip install pillow "
                                          "(or pass a numpy array)") from None
             try:
-                with Image.open(p) as im:
-                    if im.width * im.height > MAX_IMAGE_PIXELS:
-                        raise InputMismatchError(f"image {str(p)!r} is {im.width}x{im.height} pixels, over the "
-                                                 f"{MAX_IMAGE_PIXELS}-pixel limit (edgerun.preprocess.MAX_IMAGE_PIXELS)")
-                    im.load()
-                    return decode_image(im, channels)
+                with warnings.catch_warnings():
+                    # Pillow warns above ~89 Mpixel; MAX_IMAGE_PIXELS refuses those anyway, in one line
+                    warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                    with Image.open(p) as im:
+                        if im.width * im.height > MAX_IMAGE_PIXELS:
+                            raise InputMismatchError(
+                                f"image {str(p)!r} is {im.width}x{im.height} pixels, over the {MAX_IMAGE_PIXELS}-pixel "
+                                "limit (edgerun.preprocess.MAX_IMAGE_PIXELS)")
+                        im.load()
+                        return decode_image(im, channels)
             except InputMismatchError:
                 raise
             except MemoryError:

@@ -75,6 +75,7 @@ def files(tmp_path_factory):
     b.output(y)
     (d / "relu_v99.tflite").write_bytes(b.to_bytes())
     (d / "huge.png").write_bytes(_png_header(20000, 20000))
+    (d / "100m.png").write_bytes(_png_header(10000, 10000))  # under Pillow's bomb limit: a warning there
     (d / "corrupt.png").write_bytes(_png_header(8, 8)[:40])
     from PIL import Image
 
@@ -88,6 +89,7 @@ def files(tmp_path_factory):
     bomb = _npy_header((9699328, 1024))  # 37 GiB of float32 declared ...
     (d / "bomb.npy").write_bytes(bomb + bytes(200 - len(bomb)))  # ... in a 200-byte file
     assert (d / "bomb.npy").stat().st_size == 200
+    (d / "zero_huge.npy").write_bytes(_npy_header((0, 2 ** 64)))  # 0 elements; a dim beyond int64 (fuzzer find)
     short = _npy_header((1, 8, 8, 3))
     (d / "short.npy").write_bytes(short + bytes(10))  # declares 192 float32, holds 10 bytes
     nan = np.zeros((1, 8, 8, 3), np.float32)
@@ -108,6 +110,7 @@ CASES = {
     "compare litert": (["run", "{d}/relu_v99.tflite", "--compare", "litert"], "LiteRT cannot run"),
     # images
     "20000x20000 png": (["run", "{d}/img.tflite", "-i", "{d}/huge.png"], "huge.png"),
+    "100 Mpixel png": (["run", "{d}/img.tflite", "-i", "{d}/100m.png"], "pixel limit"),
     "corrupt png": (["run", "{d}/img.tflite", "-i", "{d}/corrupt.png"], "cannot read image"),
     "nan image": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--scale", "nan"], "finite"),
     # arrays
@@ -116,6 +119,7 @@ CASES = {
     "object npz": (["run", "{d}/img.tflite", "-i", "{d}/obj.npz"], "object"),
     "corrupt npz": (["run", "{d}/img.tflite", "-i", "{d}/corrupt.npz"], "not a readable .npz"),
     "37 GiB npy": (["run", "{d}/img.tflite", "-i", "{d}/bomb.npy"], "declares"),
+    "npy dim beyond int64": (["run", "{d}/img.tflite", "-i", "{d}/zero_huge.npy"], "bad shape"),
     "short npy": (["run", "{d}/img.tflite", "-i", "{d}/short.npy"], "holds 10"),
     "nan npy": (["run", "{d}/img.tflite", "-i", "{d}/nan.npy"], "NaN"),
     # options
