@@ -80,3 +80,24 @@ def test_a_truly_dynamic_dim_is_still_refused():
     b.output(y)
     rep = check_model(b.to_bytes(), "coral")
     assert any("dynamic shape" in r for f in rep["fallback"] for r in f["reasons"].values())
+
+
+def test_zero_mac_coverage_is_one_computation():
+    """A graph with no MACs: `check` and `run --delegate` (edgerun.delegate.coverage) agree."""
+    from edgerun.delegate import coverage
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 8), "int8", (0.05, 0))
+    y = b.tensor("y", (1, 4, 4, 8), "int8", (0.05, 0))
+    b.op("ADD", [x, x], [y])
+    b.output(y)
+    m = b.to_bytes()
+    rep = check_model(m, "rpi")
+    it = Interpreter(model_content=m, delegates=["xnnpack"])
+    it.allocate_tensors()
+    cov = coverage(it)
+    assert rep["coverage"]["macs"] == cov["macs"] == 0
+    assert rep["coverage"]["macs_pct"] == cov["macs_pct"]
+    assert rep["coverage"]["ops_pct"] == cov["ops_pct"]
+    if cov["delegated_nodes"] == cov["nodes"]:
+        assert rep["coverage"]["macs_pct"] == 100.0
