@@ -15,7 +15,7 @@ from edgerun.ir import ModelBuilder
 from edgerun.schema.reader import read_model
 from edgerun.targets import BOARDS, parse_target
 from edgerun_delegates.mcu import OPS, TFLM_OPS
-from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, load_caps
+from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, firmware_arena_bytes, load_caps
 
 REPRO = Path("/work/shared/repro")
 
@@ -126,10 +126,10 @@ CASES = {
     "quant_chain": lambda: op_models(1)["quantize_requantize_dequantize"],
     "batch_minus_one_signature": _batch_signature,
     "chain_190": lambda: _chain(190),
+    "chain_400_no_fixed_tensor_limit": lambda: _chain(400),
     "mean_4096": lambda: _mean(4096),
     "arena_just_fits": lambda: _unary("RELU", (1, 1900 * 1024)),
     # refused
-    "chain_300_tensors_ops": lambda: _chain(300),
     "float_relu": lambda: _chain(1, "float32"),
     "not_in_table_elu": lambda: _unary("ELU", (1, 8)),
     "mean_4097": lambda: _mean(4097),
@@ -163,8 +163,18 @@ def test_prediction_equals_commit(device, name):
     model = CASES[name]()
     predicted = firmware_accepts(model, "mps2-an386")
     try:
-        raw_flash(device, model)
+        _slot, arena = raw_flash(device, model)
         accepted, why = True, ""
     except DeviceError as e:
         accepted, why = False, str(e)
     assert (predicted == []) == accepted, f"host predicted {predicted or 'accept'}, firmware: {why or 'accepted'}"
+    if accepted:  # and the RAM figure is the firmware's own, to the byte
+        assert arena == firmware_arena_bytes(model)
+
+
+@pytest.mark.parametrize("name", ["hard_swish", "split_v", "pack_unpack", "ss_masks_shrink", "mirror_pad_reflect",
+                                  "prelu_a8", "fc_per_channel", "softmax_beta1.0"])
+def test_arena_prediction_for_op_models(device, name):
+    model = op_models(2)[name]
+    assert firmware_accepts(model, "mps2-an386") == []
+    assert raw_flash(device, model)[1] == firmware_arena_bytes(model)

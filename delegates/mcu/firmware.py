@@ -7,14 +7,14 @@ firmware's headers and each port's ``board.h`` by ``firmware/tools/gen_caps.py``
 Public functions (used by ``edgerun check``, ``package`` and ``flash`` for ``mcu:BOARD``):
 
 * :func:`board_capabilities` (board name) -> dict: ``ops`` ({name: [[in, out], ...] type pairs}),
-  ``limits`` (max tensors/ops/io/dims/op inputs, elements per tensor, work per inference, prepare
-  pool, MEAN outputs), ``arena_bytes`` (RAM for activations), ``slot_bytes`` (one flash slot) and
+  ``limits`` (max tensors/ops/io/dims/op inputs and outputs, elements per tensor, work per
+  inference, MEAN outputs, RAM per tensor and per op record), ``arena_bytes`` (RAM for activations), ``slot_bytes`` (one flash slot) and
   ``source`` (where the sizes come from: the firmware port's board.h, or edgerun/targets.py for a
   board with no port yet).
 * :func:`firmware_accepts` (model bytes or path, board name) -> list of one-line reasons the
   firmware would refuse the model at COMMIT (empty: it loads). It mirrors the loader: slot size,
   tensor/op/io counts, ranks and element counts, the op and type table, MEAN's output limit, the
-  prepare pool, the work budget and the firmware's arena plan (same greedy algorithm as
+  work budget and the firmware's arena (tensor/op tables + prepared data + activation plan) (same greedy algorithm as
   ``firmware/src/model.c: plan_arena``). ``tests/test_firmware_caps.py`` checks the prediction
   against the posix firmware's COMMIT in both directions.
 * :func:`firmware_arena_bytes` (model) -> the arena the firmware will plan.
@@ -135,12 +135,15 @@ def _plan(facts, used, first, last) -> int:
 
 
 def firmware_arena_bytes(model) -> int:
-    """The activation arena the firmware plans for ``model`` (bytes)."""
+    """The RAM the firmware's arena gives ``model`` (bytes): its planned activations, its prepared
+    data and its tensor/op tables (the figure COMMIT reports as arena_bytes)."""
     data, m = _model(model)
     g = m.main
     facts = _tensor_facts(m, g)
     used, first, last = _lifetimes(g, facts)
-    return _plan(facts, used, first, last)
+    lim = load_caps()["limits"]
+    meta = len(g.tensors) * lim["tensor_meta_bytes"] + len(g.operators) * lim["node_meta_bytes"]
+    return _plan(facts, used, first, last) + _pool_bytes(m, g, facts) + meta
 
 
 def _work(op_name, ins, out, facts, opts):
@@ -199,7 +202,7 @@ def firmware_accepts(model, board: str) -> list[str]:
     for i, (_d, dtype, count, _c) in enumerate(facts):
         if used[i] and (count == 0 or dtype not in _TYPE_SIZES):
             reasons.append(f"tensor {i} '{g.tensors[i].name}' is empty or of a type the firmware lacks ({dtype})")
-    work, pool = 0, 0
+    work, pool = 0, _pool_bytes(m, g, facts)
     for k, op in enumerate(g.operators):
         name = m.op_name(op)
         if name not in caps["ops"]:
@@ -228,7 +231,22 @@ def firmware_accepts(model, board: str) -> list[str]:
         if name == "MEAN" and (facts[outs[0]][2] or 0) > lim["mean_max_outputs"]:
             reasons.append(f"op {k} (MEAN) has more than {lim['mean_max_outputs']} outputs")
         work += _work(name, ins, outs[0], facts, opts) + sum(facts[o][2] or 0 for o in outs[1:])
-        channels = facts[outs[0]][0][-1] if facts[outs[0]][0] else 1
+    if work > lim["max_work"]:
+        reasons.append(f"model needs {work} operations per inference (limit {lim['max_work']})")
+    meta = nt * lim["tensor_meta_bytes"] + no * lim["node_meta_bytes"]
+    acts = _plan(facts, used, first, last)
+    if acts + pool + meta > caps["arena_bytes"]:
+        reasons.append(f"model needs an arena of {acts + pool + meta} B ({acts} activations, {pool + meta} tables); "
+                       f"{board} has {caps['arena_bytes']} B of RAM for it (DOES NOT FIT)")
+    return reasons
+
+
+def _pool_bytes(m, g, facts) -> int:
+    """Prepared data the firmware keeps per op (multipliers, tables, views), 8-byte rounded."""
+    pool = 0
+    for op in g.operators:
+        name, ins, outs = m.op_name(op), list(op.inputs), list(op.outputs)
+        channels = facts[outs[0]][0][-1] if outs and facts[outs[0]][0] else 1
         if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
             pool += 2 * ((4 * channels + 7) & ~7)
         elif name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] >= 0:
@@ -238,19 +256,11 @@ def firmware_accepts(model, board: str) -> list[str]:
         elif name == "SOFTMAX":
             pool += 1024
         elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH"):
-            pool += 256  # the int8 lookup table
+            pool += 256
         elif name in ("TRANSPOSE", "SLICE", "STRIDED_SLICE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
-            pool += 56  # the strided view (er_view)
+            pool += 56
         elif name == "MIRROR_PAD":
             pool += (4 * len(facts[ins[0]][0]) + 7) & ~7
         elif name in ("PACK", "UNPACK", "SPLIT", "SPLIT_V"):
-            pool += (4 * max(len(ins), len(outs)) + 7) & ~7
-    if pool > lim["pool_bytes"]:
-        reasons.append(f"prepared tables need {pool} B; the firmware keeps {lim['pool_bytes']} B for them")
-    if work > lim["max_work"]:
-        reasons.append(f"model needs {work} operations per inference (limit {lim['max_work']})")
-    arena = _plan(facts, used, first, last)
-    if arena > caps["arena_bytes"]:
-        reasons.append(f"model needs an arena of {arena} B; {board} has {caps['arena_bytes']} B of RAM for it "
-                       "(DOES NOT FIT)")
-    return reasons
+            pool += (4 * (len(ins) if name == "PACK" else len(outs)) + 7) & ~7
+    return pool

@@ -10,15 +10,14 @@
 #ifndef ER_FLASH_SECTOR
 #define ER_FLASH_SECTOR 4096u
 #endif
-#ifndef ER_POOL_BYTES
-#define ER_POOL_BYTES (32u * 1024u)
-#endif
-#ifndef ER_MAX_TENSORS
-#define ER_MAX_TENSORS 256
-#endif
-#ifndef ER_MAX_OPS
-#define ER_MAX_OPS 192
-#endif
+/* No fixed tensor or op count: the model's tables (ER_TENSOR_META_BYTES per tensor,
+ * ER_NODE_META_BYTES per op) and its prepared data (multipliers, lookup tables, views) live at
+ * the top of the board's arena, its activations below them, so what fits is decided by the
+ * board's RAM. Indexes are int16 in the op records, hence the ceiling. */
+#define ER_MAX_TENSORS 32767
+#define ER_MAX_OPS 32767
+#define ER_TENSOR_META_BYTES 96u
+#define ER_NODE_META_BYTES 256u
 /* the most elements one tensor may have (each dimension too): all index arithmetic in the
  * kernels then fits in 32 bits */
 #define ER_MAX_ELEMENTS (1u << 26)

@@ -11,18 +11,18 @@
 #include "caps.h"
 #include "model.h"
 
-/* ---- persistent memory for prepared data (no heap) ---------------------------------------- */
-static _Alignas(8) uint8_t pool[ER_POOL_BYTES];
-static uint32_t pool_used;
+/* ---- persistent memory for prepared data (no heap): taken downward from `top` in er_arena,
+ * just below the model's tables; the activations are planned below what it used ------------ */
+static uint32_t pool_top;
 
-void er_pool_reset(void) { pool_used = 0; }
+void er_pool_reset(uint32_t top) { pool_top = top & ~7u; }
+uint32_t er_pool_top(void) { return pool_top; }
 
 static void *pool_alloc(uint32_t bytes) {
     bytes = (bytes + 7u) & ~7u;
-    if (bytes > ER_POOL_BYTES - pool_used) return NULL;
-    void *p = pool + pool_used;
-    pool_used += bytes;
-    return p;
+    if (bytes > pool_top) return NULL;
+    pool_top -= bytes;
+    return er_arena + pool_top;
 }
 
 /* ---- fixed point --------------------------------------------------------------------------- */

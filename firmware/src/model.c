@@ -5,6 +5,10 @@
 
 /* Activation arena: 16-byte aligned, sized from the board profile. */
 _Alignas(16) uint8_t er_arena[ER_ARENA_BYTES];
+_Static_assert(sizeof(er_tensor) <= ER_TENSOR_META_BYTES, "er_tensor outgrew ER_TENSOR_META_BYTES");
+_Static_assert(sizeof(er_node) <= ER_NODE_META_BYTES, "er_node outgrew ER_NODE_META_BYTES");
+_Static_assert(ER_ARENA_BYTES % 16 == 0 && ER_TENSOR_META_BYTES % 16 == 0 && ER_NODE_META_BYTES % 16 == 0,
+               "tables must keep 16-byte alignment");
 
 enum { ST_CODES = 1, ST_SUBGRAPHS = 2, ST_BUFFERS = 4 };
 
@@ -184,10 +188,18 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
 
 static int plan_arena(er_model *m, char *err, size_t errlen) {
     /* Greedy by size (largest first), each tensor at the lowest offset that does not overlap
-     * a placed tensor whose lifetime intersects its own. O(n^2), n <= ER_MAX_TENSORS. Not
+     * a placed tensor whose lifetime intersects its own. O(n^2) in the tensor count. Not
      * optimal, but the same strategy as the host planner, so the sizes are comparable. */
-    static int16_t order[ER_MAX_TENSORS];
-    static int16_t placed[ER_MAX_TENSORS];
+    /* scratch: two int16 lists just below the prepared data (activations may reuse it later) */
+    const uint32_t limit = er_pool_top();
+    const uint32_t scratch = 4u * m->n_tensors;
+    if (scratch > limit) {
+        snprintf(err, errlen, "model needs more than %u bytes of RAM for its tables; this board has %u bytes",
+                 (unsigned)(ER_ARENA_BYTES - limit + scratch), (unsigned)ER_ARENA_BYTES);
+        return ER_ERR_ARENA_TOO_SMALL;
+    }
+    int16_t *order = (int16_t *)(void *)(er_arena + ((limit - scratch) & ~1u));
+    int16_t *placed = order + m->n_tensors;
     uint32_t n = 0, np = 0;
     uint64_t total = 0;
     for (uint32_t i = 0; i < m->n_tensors; i++)
@@ -217,7 +229,7 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
                 }
             }
         }
-        if (off + size > ER_ARENA_BYTES) { /* stop before offsets could overflow */
+        if (off + size > limit) { /* stop before offsets could overflow */
             total = off + size;
             break;
         }
@@ -225,10 +237,13 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
         placed[np++] = order[i];
         if (off + size > total) total = off + size;
     }
-    m->arena_bytes = total > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)total;
-    if (total > ER_ARENA_BYTES) {
-        snprintf(err, errlen, "model needs an arena of at least %llu bytes; this board has %u bytes of RAM for it",
-                 (unsigned long long)total, (unsigned)ER_ARENA_BYTES);
+    const uint64_t need = total + (ER_ARENA_BYTES - limit);
+    m->meta_bytes = ER_ARENA_BYTES - limit;
+    m->arena_bytes = need > 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)need;
+    if (total > limit) {
+        snprintf(err, errlen, "model needs an arena of at least %llu bytes (%llu activations + %u tables); this board "
+                 "has %u bytes of RAM for it", (unsigned long long)need, (unsigned long long)total,
+                 (unsigned)(ER_ARENA_BYTES - limit), (unsigned)ER_ARENA_BYTES);
         return ER_ERR_ARENA_TOO_SMALL;
     }
     return ER_OK;
@@ -263,6 +278,19 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
                  (unsigned)tensors.n, (unsigned)ops.n, (unsigned)ins.n, (unsigned)outs.n, ER_MAX_TENSORS,
                  ER_MAX_OPS, ER_MAX_IO);
         return ER_ERR_MODEL_INVALID;
+    }
+    {
+        const uint64_t meta = (uint64_t)tensors.n * ER_TENSOR_META_BYTES + (uint64_t)ops.n * ER_NODE_META_BYTES;
+        if (meta > ER_ARENA_BYTES) {
+            snprintf(err, errlen, "model needs an arena of at least %llu bytes for its %u tensors and %u ops; this "
+                     "board has %u bytes of RAM for it", (unsigned long long)meta, (unsigned)tensors.n,
+                     (unsigned)ops.n, (unsigned)ER_ARENA_BYTES);
+            return ER_ERR_ARENA_TOO_SMALL;
+        }
+        m->tensors = (er_tensor *)(void *)(er_arena + ER_ARENA_BYTES - (uint32_t)tensors.n * ER_TENSOR_META_BYTES);
+        m->nodes = (er_node *)(void *)((uint8_t *)m->tensors - (uint32_t)ops.n * ER_NODE_META_BYTES);
+        memset(m->nodes, 0, (uint32_t)meta);
+        m->meta_bytes = (uint32_t)meta;
     }
     m->n_tensors = tensors.n;
     m->n_ops = ops.n;
@@ -346,7 +374,7 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
             return ER_ERR_MODEL_INVALID;
         }
     }
-    er_pool_reset();
+    er_pool_reset(ER_ARENA_BYTES - m->meta_bytes);
     uint64_t work = 0;
     for (uint32_t i = 0; i < ops.n; i++) {
         int rc = er_kernel_prepare(m, &m->nodes[i], err, errlen);

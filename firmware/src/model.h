@@ -52,10 +52,11 @@ typedef struct {
 typedef struct {
     fb_buf fb;
     uint32_t n_tensors, n_ops, n_inputs, n_outputs;
-    er_tensor tensors[ER_MAX_TENSORS];
-    er_node nodes[ER_MAX_OPS];
+    er_tensor *tensors;       /* n_tensors records at the top of er_arena */
+    er_node *nodes;           /* n_ops records, below them */
     int16_t inputs[ER_MAX_IO], outputs[ER_MAX_IO];
-    uint32_t arena_bytes;
+    uint32_t arena_bytes;     /* RAM the model uses: activations + prepared data + tables */
+    uint32_t meta_bytes;      /* tables and prepared data at the top of the arena */
     int loaded;
 } er_model;
 
@@ -68,7 +69,8 @@ const char *er_op_name(uint32_t code);
 extern uint8_t er_arena[ER_ARENA_BYTES];
 
 /* kernels.c */
-void er_pool_reset(void);
+void er_pool_reset(uint32_t top);
+uint32_t er_pool_top(void);
 int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen);
 int er_kernel_eval(er_model *m, er_node *n);
 uint64_t er_kernel_work(er_model *m, er_node *n);

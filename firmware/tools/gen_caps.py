@@ -20,7 +20,7 @@ OUT = FW.parent / "delegates" / "mcu" / "firmware_caps.json"
 DEFINE = re.compile(r"^\s*#define\s+(ER_[A-Z0-9_]+)\s+([^/]+?)\s*(?:/\*.*)?$")
 OP = re.compile(r'X\((\d+),\s*([A-Z0-9_]+),\s*"([^"]*)"\)')
 #: limits the host needs, and the file each comes from
-LIMITS = {"ER_MAX_TENSORS": "src/config.h", "ER_MAX_OPS": "src/config.h", "ER_POOL_BYTES": "src/config.h",
+LIMITS = {"ER_MAX_TENSORS": "src/config.h", "ER_MAX_OPS": "src/config.h", "ER_TENSOR_META_BYTES": "src/config.h", "ER_NODE_META_BYTES": "src/config.h",
           "ER_MAX_ELEMENTS": "src/config.h", "ER_MAX_WORK": "src/config.h", "ER_MAX_OP_INPUTS": "src/model.h",
           "ER_MAX_OP_OUTPUTS": "src/model.h",
           "ER_MEAN_MAX_OUTPUTS": "src/caps.h", "ER_MAX_DIMS": "include/edgerun/protocol.h",
