@@ -221,8 +221,9 @@ def measure(spec: str, rounds: int, warmup: int, budget_s: float) -> dict:
     return out
 
 
-def profile(spec: str, runs: int = 5) -> list[tuple[str, float]]:
-    """edgerun's per-op-type milliseconds per invoke (in this process)."""
+def profile(spec: str, seconds: float = 3.0, max_runs: int = 300) -> list[tuple[str, float]]:
+    """edgerun's per-op-type milliseconds per invoke (in this process), averaged over as many
+    invokes as fit in ``seconds`` (at least 3, at most ``max_runs``) after 3 warm-up invokes."""
     from edgerun import Interpreter
     from edgerun.testing import random_inputs
 
@@ -231,10 +232,13 @@ def profile(spec: str, runs: int = 5) -> list[tuple[str, float]]:
     details = it.get_input_details()
     for d, x in zip(details, random_inputs(details, seed=0)):
         it.set_tensor(d["index"], x)
-    it.invoke()
-    it.set_profiling(True)
-    for _ in range(runs):
+    for _ in range(3):
         it.invoke()
+    it.set_profiling(True)
+    runs, t0 = 0, time.perf_counter()
+    while runs < 3 or (runs < max_runs and time.perf_counter() - t0 < seconds):
+        it.invoke()
+        runs += 1
     return sorted(((op, 1e3 * s / runs) for op, s in it.profile.items()), key=lambda kv: -kv[1])
 
 
