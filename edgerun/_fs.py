@@ -43,8 +43,8 @@ def check_output(output, *inputs, what: str = "output") -> Path:
         ip = Path(i)
         if (os.path.lexists(out) and os.path.exists(ip) and _same(out, ip)) or \
                 os.path.abspath(out) == os.path.abspath(ip):
-            raise UsageError(f"{what} {str(out)!r} is the input file {str(ip)!r}; refusing to overwrite it "
-                             "(give another -o)")
+            raise UsageError(f"{what} {str(out)!r} is the same file as the input {str(ip)!r}; refusing to "
+                             "overwrite it (choose another output path)")
     return out
 
 

@@ -187,20 +187,20 @@ def test_bundle_never_overwrites_its_model(tmp_path):
     m = tmp_path / "m.tflite"
     m.write_bytes(model())
     for out in (m, tmp_path / "." / "m.tflite"):
-        with pytest.raises(EdgerunError, match="input file"):
+        with pytest.raises(EdgerunError, match="same file as"):
             write_bundle(m, out)
     link = tmp_path / "link.bundle"
     link.symlink_to(m)
-    with pytest.raises(EdgerunError, match="input file"):
+    with pytest.raises(EdgerunError, match="same file as"):
         write_bundle(m, link)
     hard = tmp_path / "hard.bundle"
     os.link(m, hard)
-    with pytest.raises(EdgerunError, match="input file"):
+    with pytest.raises(EdgerunError, match="same file as"):
         write_bundle(m, hard)
     # a .tflite misnamed .bundle, packaged to its default output name (itself)
     mis = tmp_path / "mis.bundle"
     mis.write_bytes(model())
-    with pytest.raises(EdgerunError, match="input file"):
+    with pytest.raises(EdgerunError, match="same file as"):
         write_bundle(mis, mis)
     assert m.read_bytes() == model() and mis.read_bytes() == model()
     with pytest.raises(EdgerunError, match="directory"):

@@ -137,8 +137,10 @@ CASES = {
     "inspect dir": (["inspect", "{d}"], "directory"),
     "keygen missing dir": (["keygen", "-o", "/nonexistent-edgerun-dir/k"], "does not exist"),
     # outputs that are the input
-    "convert -o input": (["convert", "{d}/img.tflite", "-o", "{d}/img.tflite"], "input file"),
-    "package -o input": (["package", "{d}/img.tflite", "-o", "{d}/img.tflite"], "input file"),
+    "convert -o input": (["convert", "{d}/img.tflite", "-o", "{d}/img.tflite"], "same file as"),
+    "convert --report input": (["convert", "{d}/img.tflite", "-o", "{d}/x.tflite", "--report", "{d}/img.tflite"],
+                               "same file as"),
+    "package -o input": (["package", "{d}/img.tflite", "-o", "{d}/img.tflite"], "same file as"),
     "bench -n 0": (["bench", "{d}/img.tflite", "-n", "0"], ""),
 }
 
@@ -167,7 +169,7 @@ def test_misnamed_tflite_bundle_not_overwritten(files, tmp_path):
     """`package m.bundle` where m.bundle is really a .tflite: the default output is the input itself."""
     m = tmp_path / "m.bundle"
     m.write_bytes((files / "img.tflite").read_bytes())
-    one_line_error(cli("package", m), "input file")
+    one_line_error(cli("package", m), "same file as")
     assert m.read_bytes() == (files / "img.tflite").read_bytes()
 
 

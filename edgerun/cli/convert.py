@@ -57,11 +57,13 @@ def convert_cli(
     differ from the source model's by more than the tolerance.
     """
     # fmt: on
-    from edgerun._fs import check_output
+    from edgerun._fs import atomic_write, check_output
     from edgerun.convert import convert
     from edgerun.preprocess import spec_from_options
 
     check_output(output, model, what="output")  # never overwrite the model being converted
+    if report is not None:
+        check_output(report, model, output, what="report")
 
     pre = None
     if any(v is not None for v in (size, mean, std, scale, channel_order)):
@@ -79,7 +81,7 @@ def convert_cli(
 
         write_convert_report(to_jsonable(d), report)
     elif report is not None:
-        report.write_text(json.dumps(to_jsonable(d), indent=2) + "\n")
+        atomic_write(report, (json.dumps(to_jsonable(d), indent=2) + "\n").encode())
     if json_out:
         emit_json(to_jsonable(d))
     else:

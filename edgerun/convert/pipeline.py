@@ -457,7 +457,9 @@ def finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0, valid
     if out_path is not None and rep.mode == "float32" and rep.failures:
         rep.output = None  # a float model that does not compute what the source does is not written
     elif out_path is not None:
-        Path(out_path).write_bytes(out_bytes)
+        from edgerun._fs import atomic_write
+
+        atomic_write(out_path, out_bytes)  # temp name + rename: a failed write never leaves half a model
     timings["total"] = time.perf_counter() - t0
     rep.timings = timings
     rep.model_bytes = out_bytes
