@@ -145,7 +145,7 @@ def firmware_check(data: bytes, board: str) -> dict:
     """What edgerun's firmware on ``board`` will do with the model, from the firmware's own
     capability table (``edgerun_delegates.mcu``): ``{"refusals", "arena_bytes", "arena_limit",
     "slot_bytes", "source"}``; ``refusals`` empty means COMMIT accepts it."""
-    from edgerun_delegates.mcu import board_capabilities, firmware_accepts, firmware_arena_bytes
+    from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, firmware_arena_bytes
 
     caps = board_capabilities(board)
     refusals = list(firmware_accepts(data, board))

@@ -204,10 +204,11 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     tgt = parse_target(target)
     ir = read_model(data)
     if tgt.name == "mcu":  # the firmware's own table decides: refuse what COMMIT would refuse
-        from edgerun.check import firmware_check
+        from edgerun_delegates.mcu.firmware import firmware_accepts
+
         from edgerun.errors import CheckFailedError
 
-        refusals = firmware_check(data, tgt.board.name)["refusals"]
+        refusals = firmware_accepts(data, tgt.board.name)
         if refusals:
             raise CheckFailedError(f"edgerun's firmware on {tgt.board.name} would refuse this model: "
                                    + "; ".join(refusals))
