@@ -223,7 +223,10 @@ def quantize(x: np.ndarray, dtype, scale: float | None = None, zero_point: int =
         return np.asarray(x, dtype=dt)
     info = np.iinfo(dt)
     x = np.asarray(x, np.float64)
-    q = round_half_away(x / scale) + zero_point if scale else round_half_away(x)
+    if not np.isfinite(x).all():
+        raise InputMismatchError(f"data holds NaN or infinite values; refusing to quantize them to {dt.name}")
+    with np.errstate(over="ignore"):
+        q = round_half_away(x / scale) + zero_point if scale else round_half_away(x)
     return np.clip(q, info.min, info.max).astype(dt)
 
 

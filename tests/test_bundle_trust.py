@@ -222,3 +222,16 @@ def test_failed_extract_removes_what_it_wrote(tmp_path, keys):
     fresh = tmp_path / "fresh" / "dir"
     read_bundle(p, extract_to=fresh)
     assert len(os.listdir(fresh)) == 4
+
+
+def test_nan_input_to_a_quantized_bundle_is_refused(tmp_path):
+    """predict() with float data for an int8 input quantizes it; NaN is refused, not turned into a number."""
+    import numpy as np
+
+    p = write_bundle(model(), tmp_path / "m.bundle")
+    m = edgerun.load(p, allow_unsigned=True, delegates=[])
+    ok = m.predict(np.array([[0.1, -0.2, 0.3, 0.0]], np.float32))
+    assert ok["y"].dtype == np.int8
+    for bad in (np.nan, np.inf):
+        with pytest.raises(EdgerunError, match="NaN or infinite"):
+            m.predict(np.array([[0.1, bad, 0.3, 0.0]], np.float32))
