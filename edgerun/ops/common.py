@@ -175,8 +175,10 @@ class Requantizer:
         self.acc_bound: float | None = None
 
     #: per-channel constants are tiled along the last axis up to this many values, so that the
-    #: ufuncs run long inner loops instead of one short loop per pixel
-    TILE = 2048
+    #: ufuncs run long inner loops instead of one short loop per pixel (256 runs as fast as
+    #: 2048 on the MediaPipe graphs and keeps the cached tiles 8x smaller: 0.5 instead of 4 MB
+    #: on palm detection)
+    TILE = 256
 
     def _tiled(self, reps: int, bias):
         """The constants (m, left, add_plain, add_zp, neg, total, bias) repeated ``reps`` times."""
