@@ -343,3 +343,15 @@ def unsupported_model() -> bytes:
     b.op("ELU", [x], [y])
     b.output(y)
     return b.to_bytes()
+
+
+#: MLPerf Tiny's five reference int8 models (github.com/mlcommons/tiny, benchmark/training/*/
+#: trained_models/), cached outside the repository; tests skip with the reason when absent.
+MLPERF_TINY_DIR = __import__("pathlib").Path.home() / ".cache" / "edgerun" / "mlperf_tiny"
+MLPERF_TINY = {"vww": "vww_96_int8.tflite", "ic": "pretrainedResnet_quant.tflite", "kws": "kws_ref_model.tflite",
+               "ad": "ad01_int8.tflite", "sww": "str_ww_ref_model.tflite"}
+
+
+def mlperf_tiny(name: str) -> bytes | None:
+    p = MLPERF_TINY_DIR / MLPERF_TINY[name]
+    return p.read_bytes() if p.exists() else None

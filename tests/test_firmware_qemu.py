@@ -95,9 +95,30 @@ def test_op_models_bit_exact_on_cortex_m4(board):
                 assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
 
 
+@pytest.mark.parametrize("name", ["vww", "ic", "kws", "ad", "sww"])
+def test_mlperf_tiny_bit_exact_on_cortex_m4(board, name):
+    """MLPerf Tiny's reference int8 models flash and verify bit-exactly on the emulated board
+    (skipped when the models are not cached, see firmware/README.md)."""
+    from firmware_models import MLPERF_TINY, MLPERF_TINY_DIR, mlperf_tiny
+
+    model = mlperf_tiny(name)
+    if model is None:
+        pytest.skip(f"{MLPERF_TINY_DIR / MLPERF_TINY[name]} not cached (see firmware/README.md)")
+    _q, url = board
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        details = make_interpreter(model, reference=True).get_input_details()
+        x = random_inputs(details, seed=1)
+        got, _ = run_with_link(link, x)
+        want = run_litert(model, x, reference=True)
+        assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+        assert verify_on_device(model, url, link=link, flash_first=False)["ok"]
+
+
 def test_exit_through_semihosting(board):
     q, url = board
     with SerialLink(url) as link:
         link.hello()
         link.request(P.CMD_EXIT, b"\0")
-    assert q.wait(10) == 0
+    assert q.wait(10) == 0  # last: it ends QEMU

@@ -249,10 +249,8 @@ def _pool_bytes(m, g, facts) -> int:
         channels = facts[outs[0]][0][-1] if outs and facts[outs[0]][0] else 1
         if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
             pool += 2 * ((4 * channels + 7) & ~7)
-        elif name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] >= 0:
-            q = g.tensors[ins[1]].quant
-            if q is not None and q.scale.size > 1:
-                pool += 2 * ((4 * facts[ins[1]][0][0] + 7) & ~7)
+        elif name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] >= 0 and facts[ins[1]][0]:
+            pool += 8 * facts[ins[1]][0][0]  # one double per unit (requantization in double)
         elif name == "SOFTMAX":
             pool += 1024
         elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH"):

@@ -185,14 +185,15 @@ static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
         FAIL("output has %u elements, expected %llu", (unsigned)out->count, (unsigned long long)want);
     if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)units)) FAIL("bias must be int32[%d]", (int)units);
     if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
-    if (f->scales.n > 1) {
-        if (f->scales.n != (uint32_t)units) FAIL("weights have %u scales", (unsigned)f->scales.n);
-        if (!per_channel(m, n, in, f, out, units)) FAIL("out of prepare memory");
-    } else {
-        /* GetQuantizedConvolutionMultipler: the scale product is taken in float */
-        double real = (double)(in->scale * f->scale) / (double)out->scale;
-        er_quantize_multiplier(real, &n->mult, &n->shift);
-    }
+    if (f->scales.n > 1 && f->scales.n != (uint32_t)units) FAIL("weights have %u scales", (unsigned)f->scales.n);
+    /* LiteRT's reference FC (since April 2025) requantizes in double precision:
+     * y = round(double(acc) * double(s_x) * double(s_w[c]) / double(s_y)), half away from zero;
+     * per-tensor weights keep their zero point, per-channel ones are symmetric */
+    n->feff = pool_alloc((uint32_t)units * (uint32_t)sizeof(double));
+    if (!n->feff) FAIL("out of prepare memory");
+    for (int32_t c = 0; c < units; c++)
+        n->feff[c] = (double)in->scale * (double)scale_at(m, f, f->scales.n > 1 ? (uint32_t)c : 0u) / (double)out->scale;
+    n->left_shift = f->scales.n > 1 ? 0 : f->zp; /* the weights' zero point (per-tensor only) */
     return ER_OK;
 }
 
@@ -909,14 +910,17 @@ static void eval_fc(er_model *m, er_node *n) {
     const uint8_t *bias = tin(m, n, 2) ? tin(m, n, 2)->cdata : NULL;
     int8_t *y = i8out(m, n);
     const int32_t units = f->dims[0], depth = f->dims[1], batches = (int32_t)(in->count / (uint32_t)depth);
-    const int32_t in_off = -in->zp, out_off = tout(m, n)->zp;
+    const int32_t in_off = -in->zp, out_off = tout(m, n)->zp, w_off = -n->left_shift;
     for (int32_t b = 0; b < batches; b++)
         for (int32_t u = 0; u < units; u++) {
             int32_t acc = 0;
-            for (int32_t d = 0; d < depth; d++) acc = wadd(acc, (int32_t)w[u * depth + d] * ((int32_t)x[b * depth + d] + in_off));
+            for (int32_t d = 0; d < depth; d++)
+                acc = wadd(acc, ((int32_t)w[u * depth + d] + w_off) * ((int32_t)x[b * depth + d] + in_off));
             if (bias) acc = wadd(acc, ld_i32(bias + 4 * u));
-            acc = n->pc_mult ? er_mbqm(acc, n->pc_mult[u], n->pc_shift[u]) : er_mbqm(acc, n->mult, n->shift);
-            y[b * units + u] = (int8_t)clampi(wadd(acc, out_off), n->act_min, n->act_max);
+            const double v = round((double)acc * n->feff[u]);
+            /* an out-of-range double -> int32 conversion gives INT32_MIN on LiteRT's x86 build */
+            const int32_t r = (v >= 2147483648.0 || v < -2147483648.0 || v != v) ? INT32_MIN : (int32_t)v;
+            y[b * units + u] = (int8_t)clampi(wadd(r, out_off), n->act_min, n->act_max);
         }
 }
 

@@ -41,6 +41,7 @@ typedef struct {
     int32_t act_min, act_max, pad_w, pad_h;
     int32_t *pc_mult, *pc_shift; /* per-channel, from the pool */
     float *ftable;               /* SOFTMAX: exp table */
+    double *feff;                /* FULLY_CONNECTED: per-unit requantization scale */
     int8_t *itable;              /* LOGISTIC: lookup table */
     int32_t mean_kind;
     int32_t alpha_i;          /* misc integer option (block size, mode, masks, output type) */
