@@ -462,10 +462,23 @@ class StridedSlice(Kernel):
         self.eff_shape = tuple(eff_shape)
         self.index = index
         self.out_shape = tuple(out_shape)
+        # every axis' indices are an arithmetic progression: as basic slices the result is a
+        # view (no index arrays per invoke); empty selections keep the index path
+        self.slices = None
+        if index and all(len(ix) for ix in index):
+            sl = []
+            for ix, step in zip(index, steps):
+                first, last = int(ix[0]), int(ix[-1])
+                step = int(step) if len(ix) > 1 else 1
+                stop = last + (1 if step > 0 else -1)
+                sl.append(slice(first, stop if stop >= 0 else None, step))
+            self.slices = tuple(sl)
         return [self.out_shape]
 
     def eval(self, inputs):
         x = np.reshape(inputs[0], self.eff_shape)
+        if self.slices is not None and x.size:
+            return [np.reshape(x[self.slices], self.out_shape)]
         if x.size:
             x = x[np.ix_(*self.index)] if self.index else x
         else:
