@@ -116,6 +116,47 @@ def test_mlperf_tiny_bit_exact_on_cortex_m4(board, name):
         assert verify_on_device(model, url, link=link, flash_first=False)["ok"]
 
 
+def test_second_board_cortex_m7(tmp_path):
+    """A second board profile: the same firmware built for the Cortex-M7 of QEMU's mps2-an500
+    (FPv5 FPU, its own board.h) runs the op models and MLPerf Tiny's KWS model bit-exactly."""
+    from firmware_models import mlperf_tiny
+
+    make("mps2-an500")
+    elf = ROOT / "firmware" / "build" / "mps2-an500" / "edgerun-fw.elf"
+    port = free_port()
+    cmd = qemu_command(elf, port)
+    cmd[cmd.index("mps2-an386")] = "mps2-an500"
+    q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert q.poll() is None, q.stderr.read().decode()
+                time.sleep(0.05)
+        url = f"socket://127.0.0.1:{port}"
+        models = op_models(4)
+        chosen = {k: models[k] for k in ("softmax_beta1.0", "tanh", "hard_swish", "prelu_a8", "fc_per_channel",
+                                         "conv_dilated", "ss_negative_stride", "split_v")}
+        chosen["mcu_small"] = mcu_small()
+        if mlperf_tiny("kws") is not None:
+            chosen["kws"] = mlperf_tiny("kws")
+        with SerialLink(url) as link:
+            assert link.hello().board == "mps2-an500"
+            for name, m in chosen.items():
+                flash(m, url, link=link)
+                details = make_interpreter(m, reference=True).get_input_details()
+                x = random_inputs(details, seed=3)
+                got, _ = run_with_link(link, x)
+                want = run_litert(m, x, reference=True)
+                assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+    finally:
+        q.kill()
+        q.wait()
+
+
 def test_exit_through_semihosting(board):
     q, url = board
     with SerialLink(url) as link:

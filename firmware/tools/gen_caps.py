@@ -26,7 +26,7 @@ LIMITS = {"ER_MAX_TENSORS": "src/config.h", "ER_MAX_OPS": "src/config.h", "ER_TE
           "ER_MEAN_MAX_OUTPUTS": "src/caps.h", "ER_MAX_DIMS": "include/edgerun/protocol.h",
           "ER_MAX_IO": "include/edgerun/protocol.h"}
 #: firmware port directory -> the board profile (edgerun/targets.py name) it builds for
-PORT_BOARDS = {"mps2-an386": "mps2-an386", "posix": "mps2-an386"}
+PORT_BOARDS = {"mps2-an386": "mps2-an386", "posix": "mps2-an386", "mps2-an500": "mps2-an500"}
 
 
 def defines(path: Path) -> dict[str, str]:
