@@ -27,6 +27,16 @@ def static_shapes(ctx):
     return None
 
 
+def fully_static_shapes(ctx):
+    """No -1 anywhere in shape_signature, batch included: the Edge TPU compiler's rule (it
+    compiles sizes fixed at compile time; a model meant for it is converted with batch 1)."""
+    for i, t in _tensors(ctx):
+        sig = t.shape_signature
+        if sig is not None and any(int(d) < 0 for d in sig):
+            return f"tensor '{t.name}' has a dynamic shape {list(sig)}"
+    return None
+
+
 def max_rank(n: int):
     def rule(ctx):
         for i, t in _tensors(ctx):

@@ -60,7 +60,7 @@ def test_jetson_fallback_blames_the_exporter_not_tensorrt(tmp_path, capsys):
     assert rc == 0  # the Jetson's CPU runs it with edgerun's kernels: the target can run the model
 
 
-@pytest.mark.parametrize("target", ["rpi", "coral", "jetson", "mcu"])
+@pytest.mark.parametrize("target", ["rpi", "jetson", "mcu"])  # not coral: the Edge TPU compiler wants batch 1
 def test_minus_one_batch_over_a_static_shape_is_accepted(tmp_path, target):
     b = ModelBuilder()
     x = b.input("x", (1, 49, 10, 1), "int8", (0.05, 0), shape_signature=(-1, 49, 10, 1))

@@ -189,7 +189,7 @@ OPS = {
 
 COMPILER_TABLE = CapabilityTable(
     "the Edge TPU compiler", OPS,
-    node_constraints=(all_quantized_8bit, r.static_shapes, at_most_3_large_dims))
+    node_constraints=(all_quantized_8bit, r.fully_static_shapes, at_most_3_large_dims))
 
 
 def _input_quantize(ctx) -> bool:
