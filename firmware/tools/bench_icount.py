@@ -1,0 +1,80 @@
+"""Deterministic cost per inference on the emulated boards: QEMU runs the firmware with
+`-icount shift=0` (every guest instruction advances virtual time by exactly 1 ns) and the
+firmware's INVOKE timing (SysTick, in virtual microseconds) then reads instructions / 1000.
+Prints a markdown table: model, board, instructions per inference, arena bytes (COMMIT's figure).
+
+    python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500] [--runs 3]
+
+Models: models/mcu_small.tflite and MLPerf Tiny's five int8 models when cached in
+~/.cache/edgerun/mlperf_tiny (see firmware/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import numpy as np  # noqa: E402
+from firmware_harness import free_port, make  # noqa: E402
+from firmware_models import MLPERF_TINY, mlperf_tiny  # noqa: E402
+
+from edgerun.deploy.flash import flash, model_info, run_with_link  # noqa: E402
+from edgerun.deploy.serial_link import SerialLink  # noqa: E402
+from edgerun.testing import random_inputs  # noqa: E402
+
+
+def start(board: str):
+    make("mps2" if board == "mps2-an386" else board)
+    elf = ROOT / "firmware" / "build" / board / "edgerun-fw.elf"
+    port = free_port()
+    q = subprocess.Popen(["qemu-system-arm", "-M", board, "-display", "none", "-monitor", "none", "-icount",
+                          "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
+                          "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(400):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return q, f"socket://127.0.0.1:{port}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--boards", default="mps2-an386,mps2-an500")
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}
+    for name in MLPERF_TINY:
+        m = mlperf_tiny(name)
+        if m is not None:
+            models[f"mlperf-tiny {name}"] = m
+    print("| model | board | instructions / inference | arena bytes | model bytes |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for board in a.boards.split(","):
+        q, url = start(board)
+        try:
+            with SerialLink(url, ack_timeout=30.0) as link:
+                link.hello()
+                for name, m in models.items():
+                    flash(m, url, link=link)
+                    info = model_info(link)
+                    xs = random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
+                    us = [run_with_link(link, xs, info)[1] for _ in range(a.runs)]
+                    insns = int(np.median(us) * 1000)
+                    print(f"| {name} | {board} | {insns:,} | {info.arena_bytes:,} | {len(m):,} |", flush=True)
+        finally:
+            q.kill()
+            q.wait()
+
+
+if __name__ == "__main__":
+    main()
