@@ -45,3 +45,30 @@ def test_report_figures_come_from_edgerun_kernels(tmp_path):
 def test_no_target_reports_no_delegated_path(tmp_path):
     rep = convert(REPO / "models/digits_cnn.onnx", tmp_path / "m.tflite", calib=str(REPO / "models/calib_digits.npz"))
     assert rep.delegated is None and rep.to_dict()["delegated"] is None
+
+
+def test_negative_batchnorm_variance_is_refused(tmp_path):
+    import warnings
+
+    import onnx
+    import pytest
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    from edgerun.errors import ConversionError
+
+    inits = [nh.from_array(np.random.default_rng(0).normal(size=(4, 3, 3, 3)).astype(np.float32), "w"),
+             nh.from_array(np.ones(4, np.float32), "g"), nh.from_array(np.zeros(4, np.float32), "b"),
+             nh.from_array(np.zeros(4, np.float32), "m"), nh.from_array(np.array([1, -2, 1, 1], np.float32), "v")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "bn.onnx"))
+    for kw in ({"calib": "random"}, {"float_only": True}):
+        with warnings.catch_warnings(), pytest.raises(ConversionError, match="non-finite"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # sqrt of a negative variance while folding
+            convert(tmp_path / "bn.onnx", tmp_path / "bn.tflite", **kw)
+        assert not (tmp_path / "bn.tflite").exists()
