@@ -74,6 +74,9 @@ def deploy_cli(
     if json_out:
         emit_json(report)
         return
+    if report.get("exists") is False:
+        typer.echo(f"{report['host']}:{report.get('dir')}  no deploy directory (nothing deployed there)")
+        return
     typer.echo(f"{report['host']}:{report.get('dir')}  current -> {report.get('current')}  "
             f"previous -> {report.get('previous')}")
     if report.get("verified"):
