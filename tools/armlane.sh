@@ -25,6 +25,10 @@ LANE_START=$(date +%s)
 t() { echo "[armlane $(date -u +%T) +$(( $(date +%s) - LANE_START ))s] $*"; }
 skip() { echo "SKIP armlane${ARCH:+ ($ARCH)}: $*"; exit 0; }
 
+for a in $ARCHES; do
+  case $a in arm64|armhf) ;; *) echo "usage: tools/armlane.sh [arm64] [armhf] (got '$a')" >&2; exit 2 ;; esac
+done
+
 # ---------------------------------------------------------------- host: can this machine host the lane?
 [ "$(id -u)" -eq 0 ] || skip "needs root (chroot, mounts, binfmt_misc registration)"
 command -v apt-get >/dev/null 2>&1 || skip "needs a Debian/Ubuntu host (apt-get) for qemu-user-static and debootstrap"
