@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun._util import round_half_away
-from edgerun.ops.common import apply_float_activation, qparams, quantized_activation_range
+from edgerun.ops.common import BoundOutput, apply_float_activation, qparams, quantized_activation_range
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema import tflite
 from edgerun.schema.tflite import Activation, DimensionType, MirrorPadMode
@@ -547,8 +547,11 @@ def _paddings(ctx) -> list[tuple[int, int]]:
 
 @register("PAD", "float32", "int8", "int32", "int64")
 @register("PADV2", "float32", "int8", "int32", "int64")
-class Pad(Kernel):
-    """PAD pads with 0 (int8: the output zero point); PADV2 with its constant_values input."""
+class Pad(BoundOutput, Kernel):
+    """PAD pads with 0 (int8: the output zero point); PADV2 with its constant_values input.
+
+    eval fills the output (its arena view when bound) with the value and copies the input into
+    the interior: two numpy calls whatever the rank."""
 
     def prepare(self):
         ctx = self.ctx
@@ -563,10 +566,19 @@ class Pad(Kernel):
                 raise ctx.fail("constant_values must be constant")
             value = np.asarray(v).reshape(-1)[0]
         self.value = dt.type(value)
-        return [tuple(d + a + b for d, (a, b) in zip(ctx.input_shape(0), self.pads))]
+        shape = ctx.input_shape(0)
+        self.out_shape = tuple(d + a + b for d, (a, b) in zip(shape, self.pads))
+        self.inner = tuple(slice(a, a + d) for d, (a, _) in zip(shape, self.pads))
+        return [self.out_shape]
 
     def eval(self, inputs):
-        return [np.pad(inputs[0], self.pads, mode="constant", constant_values=self.value)]
+        x = inputs[0]
+        out = self._out
+        if out is None or out.shape != self.out_shape or out.dtype != x.dtype:
+            out = np.empty(self.out_shape, x.dtype)
+        out.fill(self.value)
+        out[self.inner] = x
+        return [out]
 
 
 @register("MIRROR_PAD", "float32", "int8")
