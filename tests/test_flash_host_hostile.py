@@ -58,6 +58,8 @@ DEVICE = textwrap.dedent(r'''
                 return status()[:6]
             return status()
         if c == P.CMD_BEGIN:
+            if mode == "error_newlines":
+                return None
             if mode == "short_begin":
                 return b"\x00\x00"
             if mode == "begin_slot7":
@@ -107,7 +109,12 @@ DEVICE = textwrap.dedent(r'''
         if not data:
             break
         for f in parser.feed(data):
-            os.write(fd, P.encode(f.cmd, f.seq, answer(f), P.FLAG_RESPONSE))
+            a = answer(f)
+            if a is None:  # an error frame whose message spans lines and holds escape codes
+                msg = b"\x06\x00flash broke\nTraceback (most recent call last):\n\x1b[31mred"
+                os.write(fd, P.encode(f.cmd, f.seq, msg, P.FLAG_RESPONSE | P.FLAG_ERROR))
+            else:
+                os.write(fd, P.encode(f.cmd, f.seq, a, P.FLAG_RESPONSE))
 ''')
 
 
@@ -154,6 +161,7 @@ CASES = {
     "short_end": "short END answer",
     "short_commit": "short COMMIT answer",
     "commit_other": "answered active slot 1",
+    "error_newlines": r"device refused BEGIN: flash broke\?Traceback",
 }
 
 

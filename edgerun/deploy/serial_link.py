@@ -36,6 +36,11 @@ SLOW_COMMANDS = {P.CMD_BEGIN: LONG_TIMEOUT_S, P.CMD_END: LONG_TIMEOUT_S, P.CMD_C
                  P.CMD_ROLLBACK: LONG_TIMEOUT_S, P.CMD_INVOKE: INVOKE_TIMEOUT_S, P.CMD_RESET: LONG_TIMEOUT_S}
 
 
+def printable(text: str, limit: int = 200) -> str:
+    """Device-supplied text made safe for a one-line message (no control characters, bounded)."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:limit]
+
+
 class BadReply(LinkError):
     """The device answered with a frame that breaks the protocol (too short, a field out of range,
     no progress). Not retried by reconnecting: the device, not the link, misbehaves."""
@@ -53,6 +58,7 @@ class DeviceError(LinkError):
     """The device answered a request with an error frame (code and message from the firmware)."""
 
     def __init__(self, command: str, code: int, message: str):
+        message = printable(message)
         self.command, self.code, self.device_message = command, code, message
         name = P.ERROR_NAMES.get(code, f"error {code}")
         super().__init__(f"device refused {command}: {message or name} ({name})")
@@ -210,7 +216,7 @@ class SerialLink:
         self.max_payload = max(P.MIN_PAYLOAD, min(maxp, P.MAX_PAYLOAD))
         return Hello(proto, f"{fw >> 8}.{fw & 0xFF}", maxp, arena, slot, flash,
                      None if active == P.SLOT_NONE else active, nslots,
-                     board.rstrip(b"\0").decode("utf-8", "replace"))
+                     printable(board.rstrip(b"\0").decode("utf-8", "replace"), 64))
 
     def status(self) -> Status:
         p = self.request(P.CMD_STATUS)
