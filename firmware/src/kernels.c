@@ -84,6 +84,36 @@ static int32_t f2i(float f) {
 /* int32 sums with wrap-around instead of undefined overflow (only hostile shapes get there). */
 static int32_t wadd(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
 
+/* ---- int8 dot product: sum(w[i] * (x[i] + xoff)) added to acc, wrapping like wadd -------------
+ * On cores with the DSP extension (Cortex-M4/M7/M33: __ARM_FEATURE_DSP) four products per step
+ * with two dual 16-bit multiply-accumulates (ACLE __smlad); the portable loop elsewhere or with
+ * -DER_PORTABLE_KERNELS. Both are exact integer sums mod 2^32, so the outputs are identical. */
+#if defined(__ARM_FEATURE_DSP) && !defined(ER_PORTABLE_KERNELS)
+#include <arm_acle.h>
+static int32_t dot_i8(const int8_t *w, const int8_t *x, int32_t n, int32_t xoff, int32_t acc) {
+    const int16x2_t off = (int16x2_t)(((uint32_t)(uint16_t)xoff << 16) | (uint16_t)xoff);
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t wv, xv;
+        memcpy(&wv, w + i, 4);
+        memcpy(&xv, x + i, 4);
+        const int16x2_t w02 = __sxtb16(wv), w13 = __sxtb16((wv >> 8) | (wv << 24));
+        const int16x2_t x02 = __sadd16(__sxtb16(xv), off), x13 = __sadd16(__sxtb16((xv >> 8) | (xv << 24)), off);
+        acc = __smlad(w02, x02, acc);
+        acc = __smlad(w13, x13, acc);
+    }
+    for (; i < n; i++) acc = (int32_t)((uint32_t)acc + (uint32_t)((int32_t)w[i] * ((int32_t)x[i] + xoff)));
+    return acc;
+}
+#define ER_KERNELS_DSP 1
+#else
+static int32_t dot_i8(const int8_t *w, const int8_t *x, int32_t n, int32_t xoff, int32_t acc) {
+    for (int32_t i = 0; i < n; i++) acc = (int32_t)((uint32_t)acc + (uint32_t)((int32_t)w[i] * ((int32_t)x[i] + xoff)));
+    return acc;
+}
+#define ER_KERNELS_DSP 0
+#endif
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 #define FAIL(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_MODEL_INVALID; } while (0)
 #define UNSUP(...) do { snprintf(err, errlen, __VA_ARGS__); return ER_ERR_UNSUPPORTED_OP; } while (0)
@@ -862,7 +892,7 @@ static void eval_conv(er_model *m, er_node *n) {
                             if (ix < 0 || ix >= W) continue;
                             const int8_t *xp = x + ((b * H + iy) * W + ix) * C;
                             const int8_t *wp = w + ((oc * FH + fy) * FW + fx) * C;
-                            for (int32_t ic = 0; ic < C; ic++) acc = wadd(acc, (int32_t)wp[ic] * ((int32_t)xp[ic] + in_off));
+                            acc = dot_i8(wp, xp, C, in_off, acc);
                         }
                     }
                     if (bias) acc = wadd(acc, ld_i32(bias + 4 * oc));
@@ -914,8 +944,11 @@ static void eval_fc(er_model *m, er_node *n) {
     for (int32_t b = 0; b < batches; b++)
         for (int32_t u = 0; u < units; u++) {
             int32_t acc = 0;
-            for (int32_t d = 0; d < depth; d++)
-                acc = wadd(acc, ((int32_t)w[u * depth + d] + w_off) * ((int32_t)x[b * depth + d] + in_off));
+            if (w_off == 0)
+                acc = dot_i8(w + u * depth, x + b * depth, depth, in_off, 0);
+            else
+                for (int32_t d = 0; d < depth; d++)
+                    acc = wadd(acc, ((int32_t)w[u * depth + d] + w_off) * ((int32_t)x[b * depth + d] + in_off));
             if (bias) acc = wadd(acc, ld_i32(bias + 4 * u));
             const double v = round((double)acc * n->feff[u]);
             /* an out-of-range double -> int32 conversion gives INT32_MIN on LiteRT's x86 build */

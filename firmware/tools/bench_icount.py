@@ -3,7 +3,7 @@
 firmware's INVOKE timing (SysTick, in virtual microseconds) then reads instructions / 1000.
 Prints a markdown table: model, board, instructions per inference, arena bytes (COMMIT's figure).
 
-    python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500] [--runs 3]
+    python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500] [--runs 3] [--portable]
 
 Models: models/mcu_small.tflite and MLPerf Tiny's five int8 models when cached in
 ~/.cache/edgerun/mlperf_tiny (see firmware/README.md).
@@ -30,9 +30,15 @@ from edgerun.deploy.serial_link import SerialLink  # noqa: E402
 from edgerun.testing import random_inputs  # noqa: E402
 
 
-def start(board: str):
-    make("mps2" if board == "mps2-an386" else board)
-    elf = ROOT / "firmware" / "build" / board / "edgerun-fw.elf"
+def start(board: str, portable: bool):
+    target = "mps2" if board == "mps2-an386" else board
+    if portable:  # the plain C inner loops, in a build directory of their own
+        subprocess.run(["make", "-s", "-C", str(ROOT / "firmware"), target, "BUILD=build/portable",
+                        "EXTRA=-DER_PORTABLE_KERNELS"], check=True)
+        elf = ROOT / "firmware" / "build" / "portable" / board / "edgerun-fw.elf"
+    else:
+        make(target)
+        elf = ROOT / "firmware" / "build" / board / "edgerun-fw.elf"
     port = free_port()
     q = subprocess.Popen(["qemu-system-arm", "-M", board, "-display", "none", "-monitor", "none", "-icount",
                           "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
@@ -51,6 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--boards", default="mps2-an386,mps2-an500")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--portable", action="store_true", help="plain C inner loops (-DER_PORTABLE_KERNELS)")
     a = ap.parse_args()
     models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}
     for name in MLPERF_TINY:
@@ -60,7 +67,7 @@ def main() -> None:
     print("| model | board | instructions / inference | arena bytes | model bytes |")
     print("| --- | --- | ---: | ---: | ---: |")
     for board in a.boards.split(","):
-        q, url = start(board)
+        q, url = start(board, a.portable)
         try:
             with SerialLink(url, ack_timeout=30.0) as link:
                 link.hello()
@@ -70,7 +77,8 @@ def main() -> None:
                     xs = random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
                     us = [run_with_link(link, xs, info)[1] for _ in range(a.runs)]
                     insns = int(np.median(us) * 1000)
-                    print(f"| {name} | {board} | {insns:,} | {info.arena_bytes:,} | {len(m):,} |", flush=True)
+                    kind = " (portable C)" if a.portable else ""
+                    print(f"| {name} | {board}{kind} | {insns:,} | {info.arena_bytes:,} | {len(m):,} |", flush=True)
         finally:
             q.kill()
             q.wait()
