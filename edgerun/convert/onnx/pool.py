@@ -79,29 +79,38 @@ def _pool(L, n):
 
 
 def _dilated_max(L, n, x, shape, kernel, strides, dil, pb, pe, out_hw):
+    """Max over a dilated window, separably: the maximum of ``kw`` strided column slices, then of ``kh``
+    strided row slices of that (kh + kw slices, not kh * kw)."""
     out = n.output[0]
     x, shape = _explicit_pad(L, x, out, shape, pb, pe, value=-3.0e38)
-    N, C = shape[0], shape[3]
-    oshape = (N, out_hw[0], out_hw[1], C)
-    acc = None
-    taps = [(i, j) for i in range(kernel[0]) for j in range(kernel[1])]
-    for k, (i, j) in enumerate(taps):
-        b = [0, i * dil[0], j * dil[1], 0]
-        e = [N, b[1] + (out_hw[0] - 1) * strides[0] + 1, b[2] + (out_hw[1] - 1) * strides[1] + 1, C]
-        t = L.g.tensor(f"{out}_tap{i}_{j}", oshape)
-        L.emit("STRIDED_SLICE", [x, L.g.const(f"{out}_b{i}_{j}", np.array(b, np.int32)),
-                                 L.g.const(f"{out}_e{i}_{j}", np.array(e, np.int32)),
-                                 L.g.const(f"{out}_s{i}_{j}", np.array([1, strides[0], strides[1], 1], np.int32))],
-               [t], begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)
-        if acc is None:
+    N, Hp, _, C = shape
+    for axis in (2, 1):
+        k, d, s_, o = kernel[axis - 1], dil[axis - 1], strides[axis - 1], out_hw[axis - 1]
+        src_shape = L.g.tensors[x].shape
+        tshape = list(src_shape)
+        tshape[axis] = o
+        acc = None
+        for j in range(k):
+            b = [0, 0, 0, 0]
+            b[axis] = j * d
+            e = list(src_shape)
+            e[axis] = j * d + (o - 1) * s_ + 1
+            st = [1, 1, 1, 1]
+            st[axis] = s_
+            t = L.g.tensor(f"{out}_ax{axis}_tap{j}", tshape)
+            L.emit("STRIDED_SLICE", [x, L.g.const(f"{out}_b{axis}_{j}", np.array(b, np.int32)),
+                                     L.g.const(f"{out}_e{axis}_{j}", np.array(e, np.int32)),
+                                     L.g.const(f"{out}_s{axis}_{j}", np.array(st, np.int32))],
+                   [t], begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0, shrink_axis_mask=0)
+            if acc is not None:
+                m = L.g.tensor(f"{out}_ax{axis}_max{j}", tshape)
+                L.emit("MAXIMUM", [acc, t], [m])
+                t = m
             acc = t
-            continue
-        m = L.new_out(out, NHWC[4]) if k == len(taps) - 1 else L.g.tensor(f"{out}_max{k}", oshape)
-        L.emit("MAXIMUM", [acc, t], [m])
-        acc = m
-    if len(taps) == 1:
-        L.emit("RESHAPE", [acc, L.g.const(out + "_shape", np.array(oshape, np.int32))],
-               [L.new_out(out, NHWC[4])], new_shape=list(oshape))
+        x = acc
+    oshape = _perm_shape(L.shapes[out], NHWC[4])
+    L.emit("RESHAPE", [x, L.g.const(out + "_shape", np.array(oshape, np.int32))], [L.new_out(out, NHWC[4])],
+           new_shape=list(oshape))
 
 
 def _pool_3d(L, n):
