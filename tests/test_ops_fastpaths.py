@@ -14,7 +14,7 @@ from edgerun.ir import ModelBuilder
 from edgerun.ops.common import Requantizer, conv_output_size, scratch
 from edgerun.ops.fixedpoint import get_reciprocal, get_reciprocal_scalar, multiply_by_quantized_multiplier
 from edgerun.schema.tflite import Activation, Padding
-from edgerun.testing import compare_with_litert
+from edgerun.testing import compare_with_litert, run_edgerun, run_litert
 
 
 def test_reciprocal_scalar_matches_vectorized():
@@ -302,3 +302,19 @@ def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride, cols
     monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 26 * 16 * 3)  # a few output rows per block
     monkeypatch.setattr(Requantizer, "BLOCK", 100)
     dw_spec(shape, dm, 3, 3, stride=stride, seed=dm).run_int8(seed=dm)
+
+
+def test_concatenation_int8_rescale_tables_every_code():
+    """CONCATENATION's per-input rescale tables (int8 through LiteRT's uint8 kernel), every code."""
+    from test_ops_shape import concat_model  # helper only
+
+    qs = [(0.05, -3), (0.1, 10), (0.013, -128)]
+    qo = (0.07, 5)
+    shapes = [(1, 256)] * 3
+    codes = np.arange(256, dtype=np.uint8).view(np.int8).reshape(1, 256)
+    xs = [codes, codes[:, ::-1].copy(), np.roll(codes, 7, axis=1)]
+    m8 = concat_model("int8", shapes, 1, (1, 768), qs, qo)
+    mu8 = concat_model("uint8", shapes, 1, (1, 768), [(s, z + 128) for s, z in qs], (qo[0], qo[1] + 128))
+    want = run_litert(mu8, [(x.astype(np.int16) + 128).astype(np.uint8) for x in xs])[0]
+    got = run_edgerun(m8, xs)[0]
+    assert np.array_equal(got.astype(np.int16) + 128, want.astype(np.int16))

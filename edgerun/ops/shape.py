@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun._util import round_half_away
-from edgerun.ops.common import BoundOutput, apply_float_activation, qparams, quantized_activation_range
+from edgerun.ops.common import (INT8_BY_BITS, BoundOutput, apply_float_activation, qparams,
+                                quantized_activation_range)
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema import tflite
 from edgerun.schema.tflite import Activation, DimensionType, MirrorPadMode
@@ -160,7 +161,7 @@ class Transpose(Kernel):
 # CONCATENATION, PACK, UNPACK, SPLIT, SPLIT_V
 # --------------------------------------------------------------------------------------------
 @register("CONCATENATION", *_SHAPE_DTYPES, "bool")
-class Concatenation(Kernel):
+class Concatenation(BoundOutput, Kernel):
     """Join inputs along ``axis``, then apply the fused activation.
 
     int8: an input whose (scale, zero point) equals the output's is copied. LiteRT's int8 kernel
@@ -171,6 +172,9 @@ class Concatenation(Kernel):
     +128 (the uint8 encoding of the same real numbers) and shifts back, so a differently scaled
     int8 input gives bit for bit what the uint8 kernel gives on the same tensor in uint8 form.
     A fused activation on int8 clamps to the activation's quantized range.
+
+    Both are functions of one int8 value: prepare tabulates them per input (256 entries, from the
+    arithmetic in ``_rescaled``), eval looks them up and concatenates into the bound output.
     """
 
     def prepare(self):
@@ -205,23 +209,41 @@ class Concatenation(Kernel):
                     s = np.float32(s_in) * inv
                     self.rescale.append((s, np.float32(-(zp_in + 128)) * s, zp_out + 128))
             self.qlo, self.qhi = quantized_activation_range(self.act, s_out, zp_out)
-        return [tuple(out)]
+            clamp = self.act != Activation.NONE
+            self.luts = [None if r is None and not clamp else
+                         np.clip(self._rescaled(INT8_BY_BITS, r), self.qlo, self.qhi).astype(np.int8)
+                         for r in self.rescale]
+        self.out_shape = tuple(out)
+        return [self.out_shape]
+
+    @staticmethod
+    def _rescaled(x: np.ndarray, r) -> np.ndarray:
+        """reference_ops::ConcatenationWithScaling on int8 values (via their uint8 form)."""
+        if r is None:
+            return x
+        s, b, zp = r
+        v = (x.astype(np.float32) + np.float32(128)) * s + b
+        q = round_half_away(v).astype(np.int64) + zp
+        return (np.clip(q, 0, 255) - 128).astype(np.int8)
 
     def eval(self, inputs):
         xs = inputs
-        if self.rescale and any(r is not None for r in self.rescale):
-            xs = []
-            for x, r in zip(inputs, self.rescale):
-                if r is None:
-                    xs.append(x)
-                    continue
-                s, b, zp = r
-                v = (x.astype(np.float32) + np.float32(128)) * s + b
-                q = round_half_away(v).astype(np.int64) + zp
-                xs.append((np.clip(q, 0, 255) - 128).astype(np.int8))
+        if inputs and inputs[0].dtype == np.int8 and getattr(self, "luts", None):
+            xs = [x if lut is None else np.take(lut, x.view(np.uint8), mode="clip")
+                  for x, lut in zip(inputs, self.luts)]
+            if self.scalars:
+                return [np.stack([np.asarray(x) for x in xs])]
+            out = self._out
+            if out is None or out.shape != self.out_shape or out.dtype != np.int8:
+                return [np.concatenate(xs, axis=self.axis)]
+            return [np.concatenate(xs, axis=self.axis, out=out)]
         if self.scalars:
             y = np.stack([np.asarray(x) for x in xs])
         else:
+            out = self._out
+            if (self.act == Activation.NONE and out is not None and out.shape == self.out_shape
+                    and all(x.dtype == out.dtype for x in xs)):
+                return [np.concatenate(xs, axis=self.axis, out=out)]
             y = np.concatenate(xs, axis=self.axis)
         if self.act != Activation.NONE:
             if y.dtype == np.float32:
