@@ -113,7 +113,7 @@ class SSHTarget:
         except subprocess.TimeoutExpired:
             raise DeployError(f"{what} on {self.host} timed out after {timeout:g} s") from None
         if check and p.returncode != 0:
-            msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+            msg = _last_line(p.stderr)
             if p.returncode == 255:
                 raise DeployError(f"cannot reach {self.host} over ssh: {msg}")
             raise DeployError(f"{what} on {self.host} failed (exit {p.returncode}): {msg}")
@@ -192,6 +192,12 @@ echo "current=$(readlink current 2>/dev/null || true)"
 echo "previous=$(readlink previous 2>/dev/null || true)"
 echo "bundles=$(ls bundles 2>/dev/null | tr '\n' ' ')"
 '''
+
+
+def _last_line(text: str) -> str:
+    """The last line a remote command printed, without control characters (one-line errors)."""
+    lines = (text or "").strip().splitlines()
+    return "".join(c if c.isprintable() else "?" for c in (lines[-1] if lines else "(no message)"))[:300]
 
 
 def _kv(text: str) -> dict[str, str]:
@@ -289,8 +295,7 @@ cat >/dev/null
             sel.close()
         if got.split(b"\n")[0].strip() != b"locked":
             rc = self._stop()
-            err = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-            msg = err[-1] if err else "(no message)"
+            msg = _last_line(self.proc.stderr.read().decode("utf-8", "replace"))
             if rc == 255:
                 raise DeployError(f"cannot reach {self.target.host} over ssh: {msg}")
             raise DeployError(f"locking the deploy directory on {self.target.host} failed: {msg}")
@@ -391,7 +396,7 @@ printf '%s\\n' bundles/{name} > {marker}
                 raise DeployError(f"copy to {target.host} did not finish within {transfer_timeout:g} s and was "
                                   f"stopped; {keep} stays active") from None
             if p.returncode != 0:
-                msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+                msg = _last_line(p.stderr)
                 raise DeployError(f"copy to {target.host} failed (scp exit {p.returncode}): {msg}; "
                                   f"{keep} stays active")
             step(2)
@@ -428,8 +433,8 @@ mv -f -- {part} bundles/{name}
                         elif p.returncode == 0:
                             detail = "the board's output is not an edgerun verify report"
                         else:
-                            detail = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
-                        detail = " ".join(detail.split())[:300]
+                            detail = _last_line(p.stderr)
+                        detail = _last_line(" ".join(detail.split()))
                         raise VerifyFailed(f"golden vectors failed on {target.host} (exit {p.returncode}): "
                                            f"{detail}; {keep} stays active")
             step(4)
