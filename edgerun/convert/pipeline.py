@@ -89,7 +89,7 @@ def load_frontend(path: Path, data: bytes, input_shape, input_layout: str, prepr
         from edgerun.convert import onnx_frontend as ox
         model = ox.fold_constant_dequantize(ox.load_onnx(str(path)))  # path: external weight files load too
         g, io = ox.onnx_to_graph(model, ox.parse_input_shapes(input_shape), input_layout.upper())
-        pinned_model = ox.with_fixed_inputs(model, io["input_shapes"])
+        pinned_model = ox.with_fixed_inputs(io["model"], io["input_shapes"])  # upgraded opset
         sess = ox.session(pinned_model)
         in_perms = [p for _, p in io["inputs"]]
         out_perms = [p for _, p in io["outputs"]]
@@ -97,7 +97,8 @@ def load_frontend(path: Path, data: bytes, input_shape, input_layout: str, prepr
         out_names = [n for n, _ in io["outputs"]]
 
         def reference(sample):
-            feeds = {n: np.transpose(x, np.argsort(p)) for n, x, p in zip(in_names, sample, in_perms)}
+            feeds = {n: np.transpose(x, np.argsort(p)).astype(io["dtypes"][n])
+                     for n, x, p in zip(in_names, sample, in_perms)}
             outs = sess.run(out_names, feeds)
             return [np.transpose(o, p).astype(np.float32) for o, p in zip(outs, out_perms)]
         nhwc = io.get("nhwc_inputs", ())
@@ -107,7 +108,7 @@ def load_frontend(path: Path, data: bytes, input_shape, input_layout: str, prepr
         props = {p.key: p.value for p in model.metadata_props}
         if preprocessing is None and "edgerun.preprocessing" in props:
             preprocessing = json.loads(props["edgerun.preprocessing"])
-        return Frontend(g, reference, in_perms, layout_info, "onnx", preprocessing)
+        return Frontend(g, reference, in_perms, layout_info, "onnx", preprocessing, notes=io["notes"])
     from edgerun.convert.tflite_frontend import tflite_to_graph
     if input_shape:
         raise UsageError("--input-shape applies to ONNX models; a TFLite model's shapes are fixed")
@@ -498,6 +499,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     warnings: list[str] = []
 
     fe = load_frontend(path, data, input_shape, input_layout, preprocessing)
+    warnings.extend(fe.notes)
     g, preprocessing = fe.graph, fe.preprocessing
     check_weights(g)
     if preprocessing:

@@ -333,7 +333,8 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
     """Lower an ONNX ModelProto to a float :class:`Graph`.
 
     Returns the graph and an ``io`` dict: ``{"inputs": [(onnx_name, perm)], "outputs": [...],
-    "input_shapes": {...}}``, where a TFLite tensor equals ``onnx_value.transpose(perm)``.
+    "input_shapes": {...}, "dtypes": {input: ONNX numpy dtype}, "notes": [...], "model": the model at
+    the opset it was lowered from (upgraded)}``, where a TFLite tensor equals ``onnx_value.transpose(perm)``.
     """
     import onnx
     from onnx import numpy_helper
@@ -363,7 +364,8 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
     for name, arr in consts.items():
         L.vals[name] = Value(name, arr.shape, const=arr)
         shapes.setdefault(name, arr.shape)
-    io = {"inputs": [], "outputs": [], "input_shapes": pinned, "opset": opset, "notes": notes}
+    io = {"inputs": [], "outputs": [], "input_shapes": pinned, "opset": opset, "notes": notes, "model": model,
+          "dtypes": {}}
     for inp in model.graph.input:
         if inp.name not in pinned:
             continue
@@ -379,7 +381,7 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
         if elem not in _INPUT_TYPES:
             raise ConversionError(f"input '{inp.name}' is {ename}; the converter takes float, integer or bool "
                                   "model inputs")
-        L.dtypes[inp.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
+        L.dtypes[inp.name] = io["dtypes"][inp.name] = onnx.helper.tensor_dtype_to_np_dtype(elem)
         dt = L.dtype(inp.name)
         if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT32, onnx.TensorProto.BOOL):
             notes.append(f"input '{inp.name}' is {ename} in the ONNX model; the TFLite model takes {dt} "
