@@ -22,6 +22,7 @@ def deploy(*args):
                           text=True, timeout=300, env=ENV)
 
 
+@pytest.mark.slow
 def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
     board = tmp_path / "board"
     b = _bundle(tmp_path, 31)

@@ -125,6 +125,7 @@ def _links(board: Path) -> tuple[str | None, str | None]:
     return tuple(os.readlink(board / n) if (board / n).is_symlink() else None for n in ("current", "previous"))
 
 
+@pytest.mark.slow
 def test_deploy_switch_and_rollback(sshd, tmp_path):
     board = tmp_path / "board"
     a, b = _bundle(tmp_path, 1), _bundle(tmp_path, 2)
@@ -256,6 +257,7 @@ def test_bad_remote_dir_refused():
     assert ssh.remote_dir_path("~/models/") == "models"
 
 
+@pytest.mark.slow
 def test_cli_deploy_json_and_rollback(sshd, tmp_path):
     board = tmp_path / "board"
     a, b = _bundle(tmp_path, 14), _bundle(tmp_path, 15)
@@ -317,6 +319,7 @@ def _failing_goldens(tmp_path, seed: int) -> Path:
     return bad
 
 
+@pytest.mark.slow
 def test_failed_on_board_goldens_never_switch(sshd, tmp_path):
     """The real edgerun on the board runs the goldens, they fail: previous stays current, exit 1."""
     board = tmp_path / "board"
@@ -349,6 +352,7 @@ def _cli_common(target, board) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_concurrent_deploys_serialize(sshd, tmp_path):
     """Four deploys with --verify at once: all succeed one after another, and current, previous and
     the bundles kept are consistent (the old GC deleted a bundle another deploy was switching to)."""
@@ -381,6 +385,7 @@ def test_concurrent_deploys_serialize(sshd, tmp_path):
     assert not list((board / "incoming").iterdir()) and not list((board / "pending").iterdir())
 
 
+@pytest.mark.slow
 def test_deploy_waits_for_the_board_lock(sshd, tmp_path):
     """Another deploy holds the directory's flock: this one waits, then gives up with one line."""
     board = tmp_path / "board"
@@ -400,6 +405,7 @@ def test_deploy_waits_for_the_board_lock(sshd, tmp_path):
     assert rb["previous"] == f"bundles/{ra['bundle']}"
 
 
+@pytest.mark.slow
 def test_gc_keeps_bundles_of_pending_deploys(sshd, tmp_path):
     """A bundle another deploy is about to switch to (its pending marker) or still copying (its
     incoming/*.part) survives this deploy's clean-up; that deploy's .part is not removed either."""

@@ -39,6 +39,7 @@ def built():
 
 
 @pytest.mark.parametrize("target,extra", [("fuzz_model", ["-max_len=65536"]), ("fuzz_frames", [])])
+@pytest.mark.slow
 def test_fuzzer_runs_clean(built, tmp_path, target, extra):
     seeds = FIRMWARE / "fuzz" / "corpus" / ("model" if target == "fuzz_model" else "frames")
     assert len(list(seeds.iterdir())) >= 10, "seed corpus missing: python3 firmware/fuzz/make_corpus.py"

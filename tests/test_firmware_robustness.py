@@ -105,6 +105,7 @@ def test_hostile_model_refused_at_commit_and_never_active(device, name):
     _assert_good_active(device)
 
 
+@pytest.mark.slow
 def test_boundary_shapes_still_load(device):
     """The checks are not too tight: 2^20 elements in one dimension (within the arena) loads and runs."""
     model = _unary("RELU", (1 << 20,))

@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from firmware_harness import Rig
 from firmware_models import mcu_small
 
@@ -47,6 +48,7 @@ def _check_not_bricked(rig, models: dict[str, bytes]) -> str:
     return sha
 
 
+@pytest.mark.slow
 def test_flash_survives_injected_faults_and_power_cuts(tmp_path, monkeypatch):
     import edgerun.deploy.flash as flash_mod
 

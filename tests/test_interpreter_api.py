@@ -6,8 +6,8 @@ import pytest
 from edgerun import Interpreter
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import ModelBuilder
-from edgerun.ops import Kernel, register_custom
 from edgerun.litert import make_interpreter
+from edgerun.ops import Kernel, register_custom
 
 
 def _model(dtype="int8", dynamic=False) -> bytes:
@@ -143,3 +143,34 @@ def test_hostile_shape_is_refused_before_allocation():
     b.output(y)
     with pytest.raises(ModelFormatError, match="limit"):
         Interpreter(model_content=b.to_bytes()).allocate_tensors()
+
+
+def test_prepared_steps_and_delegation_report_are_public_and_typed():
+    from edgerun.runtime.partition import DelegationReport
+    from edgerun.runtime.steps import Step
+
+    it = Interpreter(model_content=_model("float32"))
+    it.allocate_tensors()
+    steps = it.steps()
+    assert all(isinstance(s, Step) for s in steps)
+    assert [(s.name, s.dtype, s.nodes, s.error, s.partition) for s in steps] == [
+        ("RELU", "float32", [0], None, None), ("RELU6", "float32", [1], None, None)]
+    steps.clear()  # a copy: the interpreter's own list is untouched
+    assert len(it.steps()) == 2 and it.folded_nodes() == []
+    rep = it.delegation_report()
+    assert isinstance(rep, DelegationReport) and rep.delegates == [] and rep.partitions == []
+    assert [(r["node"], r["op"], r["delegate"]) for r in rep.nodes] == [(0, "RELU", None), (1, "RELU6", None)]
+    assert rep.figures()["ops_pct"] == 0.0
+    assert it.memory_bytes == it.arena_bytes > 0
+
+
+def test_partition_steps_carry_their_partition():
+    pytest.importorskip("ai_edge_litert")
+    it = Interpreter(model_content=_model("float32"), delegates=["xnnpack"])
+    it.allocate_tensors()
+    (step,) = it.steps()
+    assert step.name == "xnnpack:0" and step.dtype == "delegate" and step.nodes == [0, 1]
+    assert step.partition is it.partitions[0] and step.partition.ops == ["RELU", "RELU6"]
+    rep = it.delegation_report()
+    assert rep.partitions == it.partitions and rep.figures()["ops_pct"] == 100.0
+    assert rep.row(1)["delegate"] == "xnnpack" and rep.row(1)["partition"] == 0

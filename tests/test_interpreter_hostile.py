@@ -463,3 +463,16 @@ def test_value_errors_in_prepare_are_model_errors(error):
     kernel = type("K", (_Broken,), {"error": error})
     with pytest.raises(ModelFormatError, match=f"node 0 \\(Broken\\): inconsistent model: {error.__name__}"):
         _prepare(_custom_model(), custom_ops={"Broken": kernel})
+
+
+@pytest.mark.parametrize("op", ["ADD", "CONCATENATION", "RESHAPE"])
+def test_mixed_tensor_types_are_refused(op):
+    b = ModelBuilder()
+    x = b.input("x", (2,), "float32")
+    other = b.input("o", (2,), "int32") if op != "RESHAPE" else b.const("shape", np.array([2], np.int32))
+    y = b.tensor("y", (4,) if op == "CONCATENATION" else (2,), "int32" if op == "RESHAPE" else "float32")
+    opts = {"axis": 0} if op == "CONCATENATION" else {}
+    b.op(op, [x, other], [y], **opts)
+    b.output(y)
+    with pytest.raises(ModelFormatError, match=f"node 0 \\({op}\\): mixes tensor types"):
+        _prepare(b.to_bytes())

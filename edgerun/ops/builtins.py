@@ -110,6 +110,18 @@ def _reduce_axis_nonempty(axis_input: int, *, data_input: int = 0):
     return check
 
 
+def _same_dtype(*inputs: int):
+    """The data inputs (``()``: all present inputs) and every output share one dtype."""
+    def check(ctx: NodeContext) -> None:
+        idx = inputs or range(len(ctx.op.inputs))
+        ts = [ctx.input(i) for i in idx] + ctx.outputs
+        kinds = {t.dtype for t in ts if t is not None}
+        if len(kinds) > 1:
+            names = ", ".join(f"'{t.name}' {t.dtype}" for t in ts if t is not None)
+            raise ctx.invalid(f"mixes tensor types ({names}); {ctx.name} keeps one type")
+    return check
+
+
 def _condition_nonempty(ctx: NodeContext) -> None:
     if ctx.op.inputs and ctx.op.inputs[0] >= 0 and _elems(ctx, 0) == 0:
         raise ctx.invalid(f"its condition has shape {list(ctx.input_shape(0))}, no value to test")
@@ -188,10 +200,10 @@ define("TANH", quant=QuantRule("fixed", fixed=(1 / 128, 0)), inputs=(1, 1), outp
 define("LOG_SOFTMAX", quant=QuantRule("fixed", fixed=(16 / 256, 127)), inputs=(1, 1), outputs=(1, 1))
 
 for _op in ("RESHAPE", "SQUEEZE", "EXPAND_DIMS"):
-    define(_op, quant=QuantRule("same", int8_version=1), outputs=(1, 1))
+    define(_op, quant=QuantRule("same", int8_version=1), outputs=(1, 1), validators=(_same_dtype(0),))
 for _op in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
     define(_op, quant=_SAME, fused_activation=True, inputs=(1, 1), outputs=(1, 1),
-           validators=(_STRIDES, _positive_options("filter_width", "filter_height")),
+           validators=(_STRIDES, _positive_options("filter_width", "filter_height"), _same_dtype()),
            scratch=_window_scratch(None))
 for _op in ("REDUCE_MAX", "REDUCE_MIN"):
     define(_op, quant=_SAME, inputs=(2, 2), outputs=(1, 1), validators=(_reduce_axis_nonempty(1),))
@@ -199,15 +211,17 @@ for _op in ("ARG_MAX", "ARG_MIN"):
     define(_op, inputs=(2, 2), outputs=(1, 1), validators=(_reduce_axis_nonempty(1),))
 for _op in ("TRANSPOSE", "PAD", "MIRROR_PAD", "SLICE", "STRIDED_SLICE", "GATHER", "RESIZE_BILINEAR",
             "RESIZE_NEAREST_NEIGHBOR", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
-    define(_op, quant=_SAME)
-define("PADV2", quant=QuantRule("same", shared=(0, 2)))
-define("SPLIT", quant=QuantRule("same", shared=(1,)), inputs=(2, 2), validators=(_split_count,))
-define("SPLIT_V", quant=_SAME, inputs=(3, 3), validators=(_split_count,))
-define("CONCATENATION", quant=QuantRule("same", shared=(-1,)), fused_activation=True, outputs=(1, 1))
-define("MAXIMUM", quant=QuantRule("same", shared=(0, 1)), inputs=(2, 2), outputs=(1, 1))
-define("MINIMUM", quant=QuantRule("same", shared=(0, 1)), inputs=(2, 2), outputs=(1, 1))
-for _op in ("ADD", "SUB", "MUL"):
-    define(_op, quant=_OWN, fused_activation=True, inputs=(2, 2), outputs=(1, 1))
+    define(_op, quant=_SAME, validators=(_same_dtype(0),))
+define("PADV2", quant=QuantRule("same", shared=(0, 2)), validators=(_same_dtype(0),))
+define("SPLIT", quant=QuantRule("same", shared=(1,)), inputs=(2, 2), validators=(_split_count, _same_dtype(1)))
+define("SPLIT_V", quant=_SAME, inputs=(3, 3), validators=(_split_count, _same_dtype(0)))
+define("CONCATENATION", quant=QuantRule("same", shared=(-1,)), fused_activation=True, outputs=(1, 1),
+       validators=(_same_dtype(),))
+define("MAXIMUM", quant=QuantRule("same", shared=(0, 1)), inputs=(2, 2), outputs=(1, 1), validators=(_same_dtype(),))
+define("MINIMUM", quant=QuantRule("same", shared=(0, 1)), inputs=(2, 2), outputs=(1, 1), validators=(_same_dtype(),))
+for _op in ("ADD", "SUB"):
+    define(_op, quant=_OWN, fused_activation=True, inputs=(2, 2), outputs=(1, 1), validators=(_same_dtype(),))
+define("MUL", quant=_OWN, fused_activation=True, inputs=(2, 2), outputs=(1, 1))
 for _op in ("MEAN", "SUM"):
     define(_op, quant=_OWN, inputs=(2, 2), outputs=(1, 1))
 define("RELU", quant=_OWN)
