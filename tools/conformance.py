@@ -206,7 +206,8 @@ def run_case(case: Case, int8: bool = False) -> Result:
         from edgerun.schema.reader import read_model
         rm = read_model(data)
         feeds = [np.asarray(x).astype(rm.main.tensors[t].np_dtype) for x, t in zip(inputs, rm.main.inputs)]
-        got = run_litert(data, feeds, reference=True)
+        # LiteRT's builtin kernels (no XNNPACK): its reference LRN kernel sums one channel short
+        got = run_litert(data, feeds, reference=False)
     except EdgerunError as e:
         return Result(case, "refuse", str(e).splitlines()[0], seconds=time.perf_counter() - t0)
     err = 0.0
