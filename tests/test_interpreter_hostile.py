@@ -160,12 +160,21 @@ def test_memory_budget_counts_the_arena_exactly():
         _prepare(data, memory_budget=8191)
 
 
-def test_default_memory_budget_is_half_the_available_memory(monkeypatch):
+def test_default_memory_budget_is_half_the_available_memory_up_to_1_gib(monkeypatch):
     from edgerun.runtime import budget
 
     monkeypatch.delenv(budget.MEMORY_ENV, raising=False)
-    monkeypatch.setattr(budget, "available_memory", lambda: 6 << 30)
-    assert Interpreter(model_content=_huge_relu(4)).memory_budget == 3 << 30
+    monkeypatch.setattr(budget, "available_memory", lambda: 1 << 30)
+    assert Interpreter(model_content=_huge_relu(4)).memory_budget == 512 << 20
+    monkeypatch.setattr(budget, "available_memory", lambda: 24 << 30)
+    assert Interpreter(model_content=_huge_relu(4)).memory_budget == 1 << 30
+
+
+def test_huge_tensor_refused_by_default():
+    data = _repro("huge_1g_float.tflite") if (REPRO / "huge_1g_float.tflite").exists() else _huge_relu()
+    out = _child(data, "{}", {"EDGERUN_MEMORY_BUDGET": ""})  # empty: the default applies
+    assert "refused: subgraph 0: the activation arena brings the model to 2.0 GiB" in out, out
+    assert float(out.split("seconds=")[1]) < 5
 
 
 def test_folded_constants_count_against_the_budget():

@@ -7,8 +7,10 @@ interpreter keeps two totals per instance:
 * **memory**: the bytes every prepared subgraph holds (activation arena, variables, constants
   folded in ``allocate_tensors``, the largest working memory a kernel declares), checked before
   each allocation. Default: half the memory available when the interpreter is made (Linux
-  ``MemAvailable``, else half the physical memory, else 4 GiB); ``Interpreter(memory_budget=...)``
-  or the environment variable ``EDGERUN_MEMORY_BUDGET`` (bytes, or with a K/M/G suffix) set it.
+  ``MemAvailable``, else the physical memory), at most 1 GiB: an edge model's activations take
+  megabytes, so a model asking for more is refused unless the caller says it is meant to be that
+  large with ``Interpreter(memory_budget=...)`` or the environment variable
+  ``EDGERUN_MEMORY_BUDGET`` (bytes, or with a K/M/G suffix).
 * **work**: subgraph runs started by control flow (IF, WHILE: each WHILE iteration runs its
   condition and its body) during one ``invoke``, counted across nesting.
   Default 1,000,000 (about 10 s of the smallest loop body; a streaming model's loop over its
@@ -26,6 +28,8 @@ from edgerun.errors import EdgerunError, ModelFormatError
 MEMORY_ENV = "EDGERUN_MEMORY_BUDGET"
 WORK_ENV = "EDGERUN_WORK_BUDGET"
 DEFAULT_WORK = 1_000_000
+#: the default memory budget never exceeds this (set a budget to run a larger model)
+DEFAULT_MEMORY_CAP = 1 << 30
 _FALLBACK_MEMORY = 4 << 30
 _SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -65,7 +69,7 @@ def default_memory_budget() -> int:
     env = os.environ.get(MEMORY_ENV)
     if env:
         return parse_size(env, MEMORY_ENV)
-    return max(available_memory() // 2, 64 << 20)
+    return max(min(available_memory() // 2, DEFAULT_MEMORY_CAP), 64 << 20)
 
 
 def default_work_budget() -> int:

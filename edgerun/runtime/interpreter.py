@@ -334,7 +334,7 @@ class Interpreter:
             lets activations reuse input memory, as TFLM does: the smaller arena MCU targets get.
         memory_budget: most bytes the prepared model may hold (arena, variables, folded constants,
             kernel working memory), checked before allocating; bytes or "512M" / "2G". Default:
-            ``EDGERUN_MEMORY_BUDGET``, else half the available memory (see ``runtime.budget``).
+            ``EDGERUN_MEMORY_BUDGET``, else half the available memory up to 1 GiB (``runtime.budget``).
         work_budget: most subgraph runs control flow (IF / WHILE, nesting included) may start per
             invoke. Default: ``EDGERUN_WORK_BUDGET``, else 1,000,000.
     """
