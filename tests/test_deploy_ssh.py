@@ -159,7 +159,9 @@ def test_deploy_switch_and_rollback(sshd, tmp_path):
 
 def test_rollback_without_previous_fails(sshd, tmp_path):
     board = tmp_path / "board"
-    ssh.deploy(_bundle(tmp_path, 4), sshd, remote_dir=str(board))
+    import dataclasses
+
+    ssh.deploy(_bundle(tmp_path, 4), dataclasses.replace(sshd, multiplex=False), remote_dir=str(board))  # no mux
     before = _links(board)
     with pytest.raises(DeployError, match="no previous bundle"):
         ssh.rollback(sshd, remote_dir=str(board))

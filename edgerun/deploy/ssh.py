@@ -35,13 +35,16 @@ Every path in a remote command is shell-quoted and follows ``--``; ``status`` is
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
 import secrets
 import selectors
 import shlex
+import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +78,9 @@ class SSHTarget:
     connect_timeout: int = 10
     #: use scp's original protocol (``scp -O``) for boards without an SFTP server (Dropbear)
     legacy_scp: bool = False
+    #: during a deploy, run every command over the lock session's connection (OpenSSH
+    #: ControlMaster): one handshake per deploy instead of one per step
+    multiplex: bool = True
 
     def __post_init__(self):
         if not self.host or self.host.startswith("-") or any(c.isspace() for c in self.host):
@@ -254,6 +260,9 @@ class BoardLock:
     def __init__(self, target: SSHTarget, d: str, *, timeout: float = 300.0, create: bool = True):
         self.target, self.d, self.timeout, self.create = target, d, float(timeout), create
         self.proc: subprocess.Popen | None = None
+        self.ctl_dir: str | None = None
+        #: the target to use while the lock is held (shares the lock session's connection)
+        self.shared = target
 
     def __enter__(self) -> "BoardLock":
         w = max(0, int(self.timeout + 0.999))
@@ -271,10 +280,19 @@ else echo "the board has neither flock nor python3 to lock the deploy directory"
 echo locked
 cat >/dev/null
 '''
+        master = self.target
+        if self.target.multiplex:  # a private socket dir: only this process may use the connection
+            self.ctl_dir = tempfile.mkdtemp(prefix="edgerun-ssh-")
+            ctl = os.path.join(self.ctl_dir, "s")
+            opts = self.target.options
+            master = dataclasses.replace(self.target, options=[*opts, "ControlMaster=yes", f"ControlPath={ctl}",
+                                                               "ControlPersist=no"])
+            self.shared = dataclasses.replace(self.target, options=[*opts, "ControlMaster=no", f"ControlPath={ctl}"])
         try:
-            self.proc = subprocess.Popen(self.target.ssh_argv(f"sh -c {shlex.quote(script)}"), stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen(master.ssh_argv(f"sh -c {shlex.quote(script)}"), stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except FileNotFoundError:
+            self._cleanup_dir()
             raise DeployError(f"{self.target.ssh!r} not found: install the OpenSSH client") from None
         deadline = time.monotonic() + self.timeout + COMMAND_TIMEOUT
         got = b""
@@ -285,6 +303,7 @@ cat >/dev/null
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
                     self._stop()
+                    self._cleanup_dir()
                     raise DeployError(f"could not lock the deploy directory on {self.target.host} "
                                       f"within {self.timeout + COMMAND_TIMEOUT:g} s")
                 chunk = os.read(self.proc.stdout.fileno(), 256)
@@ -295,6 +314,7 @@ cat >/dev/null
             sel.close()
         if got.split(b"\n")[0].strip() != b"locked":
             rc = self._stop()
+            self._cleanup_dir()
             msg = _last_line(self.proc.stderr.read().decode("utf-8", "replace"))
             if rc == 255:
                 raise DeployError(f"cannot reach {self.target.host} over ssh: {msg}")
@@ -319,8 +339,14 @@ cat >/dev/null
             p.kill()
             return p.wait()
 
+    def _cleanup_dir(self) -> None:
+        if self.ctl_dir:
+            shutil.rmtree(self.ctl_dir, ignore_errors=True)
+            self.ctl_dir = None
+
     def __exit__(self, *exc) -> None:
         self._stop()
+        self._cleanup_dir()
         for f in (self.proc.stdout, self.proc.stderr):
             f.close()
 
@@ -374,6 +400,7 @@ def deploy(bundle, target: SSHTarget, *, remote_dir: str = "edgerun", verify: bo
     marker = f"pending/{nonce}"
 
     with BoardLock(target, d, timeout=lock_timeout) as lock:
+        target = lock.shared  # every step over the lock session's connection
         prep = f'''set -e
 cd -- {qd}
 find incoming pending -type f -mmin +{STALE_MINUTES} -exec rm -f -- {{}} + 2>/dev/null || true
@@ -479,8 +506,8 @@ relink current "$prev"
 if [ -n "$cur" ] && [ -e "$cur" ]; then relink previous "$cur"; fi
 echo "current=$prev"; echo "previous=$cur"
 '''
-    with BoardLock(target, d, timeout=lock_timeout, create=False):
-        kv = _kv(target.run(script, what="rolling back").stdout)
+    with BoardLock(target, d, timeout=lock_timeout, create=False) as lock:
+        kv = _kv(lock.shared.run(script, what="rolling back").stdout)
     return {"host": target.host, "dir": d, "current": kv.get("current") or None,
             "previous": kv.get("previous") or None}
 
