@@ -219,6 +219,31 @@ def test_requantizer_bounded_float32_accumulators(bias_mag, per_channel):
     assert np.array_equal(got.astype(np.int64), want)
 
 
+@pytest.mark.parametrize("shape", [(1, 60), (13,), (2, 3, 4, 8), (1, 1, 1, 1000)])
+@pytest.mark.parametrize("zp", [-128, 0, 77, 300])  # 300: the zero point is added after the shift
+def test_requantizer_small_path_matches_reference(shape, zp):
+    """Up to Requantizer.SMALL values take the per-kernel-buffer path; int and float accumulators,
+    with and without bias, per-channel and per-tensor multipliers."""
+    rng = np.random.default_rng(sum(shape) + zp + 128)
+    c = shape[-1]
+    for per_channel in (True, False):
+        n = c if per_channel else 1
+        m = rng.integers(1 << 30, (1 << 31) - 1, n)
+        sh = rng.integers(-20, 1, n)
+        acc = rng.integers(-(1 << 22), 1 << 22, shape)
+        acc.flat[:3] = [0, -1, 1]
+        bias = rng.integers(-5000, 5000, c).astype(np.int64)
+        rq = Requantizer(m, sh, zp, -128, 127)
+        for a in (acc.astype(np.float32), acc.astype(np.int32)):
+            for b in (None, bias):
+                want = np.clip(multiply_by_quantized_multiplier(acc.astype(np.int64) + (0 if b is None else b), m, sh)
+                               + zp, -128, 127)
+                got = rq(a, b)
+                assert got.dtype == np.int8 and np.array_equal(got.astype(np.int64), want)
+                out = np.empty(shape, np.int8)
+                assert rq(a, b, out=out) is out and np.array_equal(out, got)
+
+
 @pytest.mark.parametrize("acc_mag,left_max", [(1 << 18, 3), (1 << 22, 6), (1 << 22, 12)])
 def test_requantizer_left_shift_folds_into_multiplier(acc_mag, left_max):
     """Channels with a left shift (multiplier > 1): while |acc + bias| << left stays inside int32 the

@@ -169,6 +169,7 @@ class Requantizer:
         self.add_zp_30 = shrink((half << 31) + zp_term + (1 << 30))
         self._tiles: dict = {}
         self._layouts: dict = {}
+        self._small: dict = {}
         #: set by a kernel that knows its float accumulators satisfy |acc| <= acc_bound: when
         #: acc_bound + max|bias| < 2^24, acc + bias is exact in float32 and converts straight to
         #: int32 (a cheaper pass than float -> int64)
@@ -310,6 +311,44 @@ class Requantizer:
     #: (scratch) stay near 1 MB whatever the layer size
     BLOCK = 1 << 16
 
+    #: at most this many accumulators take the small path: the same arithmetic as the int64 path
+    #: of ``_scaled`` on per-kernel buffers with per-channel vectors, with the least Python around
+    #: the ufunc calls (a 1-pixel convolution's requantization is nearly all call overhead)
+    SMALL = 1024
+
+    def _small_call(self, acc: np.ndarray, bias, out):
+        key = (acc.shape, bias is None)
+        hit = self._small.get(key)
+        if hit is None:
+            c = acc.shape[-1]
+
+            def vec(a):
+                return np.ascontiguousarray(np.broadcast_to(np.asarray(a, np.int64), (c,)))
+
+            add = self.add_zp_30 if self.fold_zp else self.add_plain_30
+            hit = self._small[key] = (np.empty(acc.shape, np.int64), np.empty(acc.shape, np.int64),
+                                      vec(self.m), vec(add), vec(self.neg), vec(self.total))
+        x, n, m, add, neg, total = hit
+        if bias is None:
+            np.copyto(x, acc, casting="unsafe")
+        else:
+            np.add(acc, bias, out=x, casting="unsafe")
+        if self.any_neg:  # sign_first: x < 0 exactly when x*m + 2^30 < 0 (see _scaled)
+            np.right_shift(x, 63, out=n)
+            np.bitwise_and(n, neg, out=n)
+        np.multiply(x, m, out=x)
+        np.add(x, add, out=x)
+        if self.any_neg:
+            np.subtract(x, n, out=x)
+        np.right_shift(x, total, out=x)
+        if not self.fold_zp:
+            np.add(x, self.zero_point, out=x)
+        clip_ufunc(x, self.qmin, self.qmax, out=x)
+        if out is not None and out.shape == x.shape and out.dtype == self.dtype:
+            np.copyto(out, x, casting="unsafe")
+            return out
+        return x.astype(self.dtype)
+
     def __call__(self, acc: np.ndarray, bias=None, out: np.ndarray | None = None) -> np.ndarray:
         """Requantize ``acc`` (+ ``bias`` when given: an integer-valued float or int accumulator plus int64 bias).
 
@@ -318,6 +357,12 @@ class Requantizer:
         """
         acc = np.asarray(acc)
         c = acc.shape[-1] if acc.ndim else 0
+        if (acc.size <= self.SMALL and c and self.left is None and self.sign_first and self.m.ndim <= 1
+                and self.m.size in (1, c)
+                and (bias is None or (isinstance(bias, np.ndarray) and bias.ndim == 1 and bias.size == c))):
+            if len(self._small) > 16:
+                self._small.clear()
+            return self._small_call(acc, bias, out)
         if (acc.size > self.BLOCK and c and acc.flags.c_contiguous and self.m.ndim <= 1
                 and self.m.size in (1, c)
                 and (bias is None or (isinstance(bias, np.ndarray) and bias.ndim == 1 and bias.size == c))):
