@@ -195,3 +195,26 @@ def test_layer_table_matches_the_architecture_doc():
     doc = (ROOT / "docs" / "architecture.md").read_text()
     for name in LAYERS:
         assert f"**{name}**" in doc, f"docs/architecture.md does not describe the {name!r} layer"
+
+
+def test_no_code_outside_runtime_reaches_into_the_interpreter():
+    """The interpreter's private state (runners, budgets, options) is read only in runtime/;
+    everyone else uses its public API (steps(), delegation_report(), partitions, ...)."""
+    from edgerun.runtime.interpreter import Interpreter, SubgraphRunner
+
+    private = {name for cls in (Interpreter, SubgraphRunner) for name in vars(cls) if name.startswith("_")
+               and not name.startswith("__")}
+    # instance attributes set in __init__
+    private |= {"_runners", "_memory", "_work", "_custom_ops", "_profiling", "_delegates", "_model",
+                "_input_shapes", "_active_subgraphs", "_preserve_all", "_preserve_inputs"}
+    assert "_runner" in private
+    bad = []
+    roots = [ROOT / "edgerun", ROOT / "delegates", ROOT / "tests", ROOT / "tools"]
+    for p in sorted(f for r in roots for f in r.rglob("*.py")):
+        if (ROOT / "edgerun" / "runtime") in p.parents or p == Path(__file__):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Attribute) and node.attr in private and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                bad.append(f"{p.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert not bad, "\n".join(bad)
