@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from edgerun.bundle import read_bundle
-from tests.test_bench_energy import FakeRail, make_powercap
+from tests.test_bench_energy import FakeRail, make_powercap, memory_dir
 from tests.test_deploy_ssh import (REPO, _bundle, _cli_common, _signing, pytestmark,  # noqa: F401 (fixtures)
                                    sign_key, sshd)
 
@@ -26,12 +26,10 @@ def deploy(*args):
 def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
     board = tmp_path / "board"
     b = _bundle(tmp_path, 31)
-    sysroot = tmp_path / "board-sys"
-    f = make_powercap(sysroot, wrap_uj=4_000_000)
-    remote = f"env EDGERUN_SYSFS_ROOT={sysroot} PYTHONPATH={REPO} {sys.executable} -m edgerun"
-    with FakeRail(3.3, energy=f, wrap=4_000_000):
+    with memory_dir() as sysroot, FakeRail(3.3, energy=make_powercap(sysroot, wrap_uj=4_000_000), wrap=4_000_000):
+        remote = f"env EDGERUN_SYSFS_ROOT={sysroot} PYTHONPATH={REPO} {sys.executable} -m edgerun"
         p = deploy(b, *_cli_common(sshd, board), "--remote-edgerun", remote, "--bench", "--bench-args",
-                   "--engines edgerun,litert -n 10 --min-duration 0.3 --idle 0.2 --no-loadgen", "--json")
+                   "--engines edgerun,litert -n 10 --min-duration 1.0 --idle 0.3 --no-loadgen", "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["current"] == f"bundles/{rep['bundle']}"

@@ -2,12 +2,16 @@
 (energy, power, voltage x current) trees in a temp dir whose counters a thread advances at a known
 rate; EDGERUN_SYSFS_ROOT points discovery at them. Figures must match the rate within 5 %."""
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,15 @@ from edgerun.bench.power import PowercapSource, discover, hwmon_sources, powerca
 from edgerun.bench.sampler import Telemetry, energy_figures
 from edgerun.errors import UsageError
 from edgerun.ir import ModelBuilder
+
+
+def realtime_thread() -> None:
+    """Run the calling thread (a fake sensor) with real-time priority where allowed (root, as in CI):
+    a real counter is never stale, and a fake one starved by a loaded machine would be."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    except (AttributeError, OSError):  # not Linux, or not permitted: best effort
+        pass
 
 
 def _write(path, value):
@@ -50,6 +63,7 @@ class FakeRail:
             _write(self.curr, self.watts * 1e6 / self.mv)  # mA such that mV * mA = uW
 
     def _run(self):
+        realtime_thread()
         last = time.perf_counter()
         while not self.stop.is_set():
             time.sleep(0.002)
@@ -104,12 +118,23 @@ def make_thermal(root, temp_c=45.0):
     return z / "temp", f / "scaling_cur_freq"
 
 
+@contextlib.contextmanager
+def memory_dir():
+    """A directory in memory (tmpfs), as sysfs is: on a disk-backed /tmp a loaded machine can stall
+    the fake sensor's writes for a few hundred ms, which no real counter does."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="edgerun-sys-", dir=base)
+    try:
+        yield Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
-def sysroot(tmp_path, monkeypatch):
-    root = tmp_path / "sys"
-    root.mkdir()
-    monkeypatch.setenv("EDGERUN_SYSFS_ROOT", str(root))
-    return root
+def sysroot(monkeypatch):
+    with memory_dir() as root:
+        monkeypatch.setenv("EDGERUN_SYSFS_ROOT", str(root))
+        yield root
 
 
 @pytest.fixture(scope="module")
@@ -140,23 +165,23 @@ def test_powercap_counter_unrolls_wrap_around(sysroot):
 
 
 def test_idle_and_run_power_from_a_wrapping_rapl_counter(sysroot):
-    """3 W idle, then 10 W: wraps every 0.2 s at 10 W (2 J range), about 8 times in this test."""
-    f = make_powercap(sysroot, wrap_uj=2_000_000)
-    with FakeRail(3.0, energy=f, wrap=2_000_000) as rail:
+    """3 W idle, then 10 W: wraps every 0.4 s at 10 W (4 J range), about 5 times in this test."""
+    f = make_powercap(sysroot, wrap_uj=4_000_000)
+    with FakeRail(3.0, energy=f, wrap=4_000_000) as rail:
         (src,) = discover(include_nvml=False)
         tel = Telemetry(src, interval=0.01).start()
         time.sleep(0.05)
         i0 = time.perf_counter()
-        time.sleep(0.6)
+        time.sleep(1.5)
         i1 = time.perf_counter()
         rail.watts = 10.0
         time.sleep(0.05)
         r0 = time.perf_counter()
-        time.sleep(1.0)
+        time.sleep(1.5)
         r1 = time.perf_counter()
         time.sleep(0.05)
         tel.stop()
-    assert rail.wraps >= 5
+    assert rail.wraps >= 4
     idle = tel.window_energy(i0, i1) / (i1 - i0)
     assert idle == pytest.approx(3.0, rel=0.05)
     fig = energy_figures(tel, r0, r1, 200, idle, subtract_idle=False)
@@ -182,7 +207,7 @@ def test_hwmon_channels(sysroot, what):
         tel = Telemetry(src, interval=0.01).start()
         time.sleep(0.05)
         t0 = time.perf_counter()
-        time.sleep(0.7)
+        time.sleep(1.5)
         t1 = time.perf_counter()
         time.sleep(0.05)
         tel.stop()
@@ -208,12 +233,12 @@ def edgerun(*args, env=None):
 
 
 def test_cli_energy_per_inference_from_powercap(sysroot, tiny_model):
-    f = make_powercap(sysroot, wrap_uj=3_000_000)
+    f = make_powercap(sysroot, wrap_uj=7_500_000)  # a wrap a second
     make_thermal(sysroot, 45.0)
     env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
-    with FakeRail(7.5, energy=f, wrap=3_000_000) as rail:
-        r = edgerun("bench", tiny_model, "--engines", "edgerun,litert", "-n", "20", "--min-duration", "0.6",
-                    "--idle", "0.4", "--no-loadgen", "--json", env=env)
+    with FakeRail(7.5, energy=f, wrap=7_500_000) as rail:
+        r = edgerun("bench", tiny_model, "--engines", "edgerun,litert", "-n", "20", "--min-duration", "1.5",
+                    "--idle", "0.5", "--no-loadgen", "--json", env=env)
     assert r.returncode == 0, r.stderr
     assert rail.wraps >= 2
     rep = json.loads(r.stdout)
@@ -223,7 +248,7 @@ def test_cli_energy_per_inference_from_powercap(sysroot, tiny_model):
     assert en["idle_power_w"] == pytest.approx(7.5, rel=0.05)
     for eng in ("edgerun", "litert"):
         e = rep["engines"][eng]
-        assert e["duration_s"] >= 0.6 and e["inferences"] >= 20
+        assert e["duration_s"] >= 1.5 and e["inferences"] >= 20
         assert e["energy"]["joules_per_inference"] == pytest.approx(7.5 * e["duration_s"] / e["inferences"],
                                                                     rel=0.05)
         assert e["energy"]["inferences_per_joule"] == pytest.approx(1 / e["energy"]["joules_per_inference"])

@@ -16,6 +16,7 @@ import pytest
 from edgerun.bench.power import UM_FRAME, UmMeter, build_um_frame, parse_um_frame
 from edgerun.bench.sampler import Telemetry, energy_figures
 from edgerun.errors import LinkError
+from tests.test_bench_energy import realtime_thread
 
 
 class FakeMeter:
@@ -31,6 +32,7 @@ class FakeMeter:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        realtime_thread()
         while not self.stop.is_set():
             r, _, _ = select.select([self.master], [], [], 0.05)
             if not r:
@@ -85,7 +87,7 @@ def test_meter_over_a_pty_gives_power_and_energy():
         tel = Telemetry(src, interval=0.02).start()
         tel.wait_samples(3)
         t0 = time.perf_counter()
-        time.sleep(0.6)
+        time.sleep(1.0)
         t1 = time.perf_counter()
         tel.wait_samples(len(tel.t) + 2)
         tel.stop()
@@ -115,7 +117,7 @@ def test_cli_with_power_meter(tmp_path):
     env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(tmp_path)}
     with FakeMeter("UM34C", 12.0, 0.75) as m:
         r = subprocess.run([sys.executable, "-m", "edgerun", "bench", str(model), "--engines", "edgerun",
-                            "-n", "10", "--min-duration", "0.5", "--idle", "0.3", "--no-loadgen",
+                            "-n", "10", "--min-duration", "1.0", "--idle", "0.5", "--no-loadgen",
                             "--power-meter", m.port, "--json"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     en = json.loads(r.stdout)["energy"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.test_bench_energy import FakeRail, make_powercap, make_thermal
+from tests.test_bench_energy import FakeRail, make_powercap, make_thermal, memory_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -70,12 +70,10 @@ def check_in_browser(page: Path, tmp: Path, min_blue: int, min_orange: int = 0) 
 @pytest.fixture(scope="module")
 def bench_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    sysroot = tmp / "sys"
-    f = make_powercap(sysroot, wrap_uj=5_000_000)
-    make_thermal(sysroot, 52.0)
     out = tmp / "bench.html"
-    env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
-    with FakeRail(6.0, energy=f, wrap=5_000_000):
+    with memory_dir() as sysroot, FakeRail(6.0, energy=make_powercap(sysroot, wrap_uj=5_000_000), wrap=5_000_000):
+        make_thermal(sysroot, 52.0)
+        env = {**os.environ, "EDGERUN_SYSFS_ROOT": str(sysroot)}
         r = subprocess.run([sys.executable, "-m", "edgerun", "bench", str(ROOT / "models" / "mcu_small.tflite"),
                             "-n", "30", "--min-duration", "0.4", "--idle", "0.3", "--profile", "--report", str(out),
                             "--json"], capture_output=True, text=True, timeout=300, env=env)

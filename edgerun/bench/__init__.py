@@ -244,6 +244,7 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
         tp, wp = telemetry.power_curve()
         report["telemetry"] = {
             "interval_s": telemetry.interval, "missed_samples": telemetry.missed,
+            "last_error": telemetry.last_error,
             "power": {"t_s": [t - origin for t in tp], "w": list(map(float, wp)),
                       "summary": {"samples": len(telemetry.t), "min_w": float(np.min(wp)) if len(wp) else None,
                                   "max_w": float(np.max(wp)) if len(wp) else None,

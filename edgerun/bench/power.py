@@ -235,13 +235,11 @@ class UmMeter(PowerSource):
         self.label = f"RDTech {self.model} USB power meter"
 
     def snapshot(self) -> dict:
-        import serial
-
         try:
-            self.ser.reset_input_buffer()
+            self.ser.reset_input_buffer()  # a late answer to an earlier request is not this one
             self.ser.write(UM_REQUEST)
             frame = self.ser.read(UM_FRAME)
-        except (serial.SerialException, OSError) as e:
+        except Exception as e:  # serial.SerialException, OSError, termios.error from the tty layer
             raise LinkError(f"USB meter {self.port}: {e}") from e
         if len(frame) < UM_FRAME:
             raise LinkError(f"USB meter {self.port}: no full reply within {self.ser.timeout} s "

@@ -33,18 +33,21 @@ class Telemetry:
         self.temps: list[dict] = []
         self.freqs: list[dict] = []
         self.missed = 0
+        self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
         if self.source is not None:
             try:
+                before = time.perf_counter()
                 v = self.source.read()
-                now = time.perf_counter()
-                self.t.append(now)
+                # the reading belongs between the two clocks (a serial meter takes ~0.1 s to answer)
+                self.t.append((before + time.perf_counter()) / 2)
                 self.raw.append(float(v))
-            except (OSError, ValueError):
+            except Exception as e:  # a sampler must not die: a missed sample is counted, not fatal
                 self.missed += 1
+                self.last_error = f"{type(e).__name__}: {e}"
         if self.probe is not None and self.probe.found:
             temps, freqs = self.probe.read()
             self.tt.append(time.perf_counter())
