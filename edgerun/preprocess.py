@@ -50,8 +50,9 @@ def validate_spec(spec) -> dict:
     if isinstance(spec, (str, bytes)):
         try:
             spec = json.loads(spec)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise InputMismatchError(f"preprocessing spec is not valid JSON: {e}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise InputMismatchError(f"preprocessing spec is not valid JSON: {type(e).__name__}: {str(e)[:100]}") \
+                from None
     if not isinstance(spec, dict):
         raise InputMismatchError(f"a preprocessing spec is a JSON object, not {type(spec).__name__}")
     unknown = set(spec) - KEYS
@@ -118,8 +119,9 @@ def spec_from_metadata(metadata: dict[str, bytes]) -> dict | None:
         return None
     try:
         return validate_spec(json.loads(bytes(raw).rstrip(b"\x00").decode("utf-8")))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputMismatchError(f"model metadata {METADATA_NAME!r} is not valid JSON: {e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise InputMismatchError(f"model metadata {METADATA_NAME!r} is not valid JSON: {type(e).__name__}: "
+                                 f"{str(e)[:100]}") from None
 
 
 def image_geometry(shape, layout: str = "NHWC") -> tuple[int, int, int]:

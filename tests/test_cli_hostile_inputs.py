@@ -81,6 +81,7 @@ def files(tmp_path_factory):
 
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(d / "ok.png")
     (d / "corrupt.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    (d / "deep.json").write_text("[" * 100000 + "]" * 100000)  # RecursionError in json.loads
     np.save(d / "obj.npy", np.array([1, None], dtype=object), allow_pickle=True)
     np.savez(d / "obj.npz", image=np.array([1, None], dtype=object))
     np.save(d / "complex.npy", np.zeros((1, 8, 8, 3), np.complex64))
@@ -128,6 +129,10 @@ CASES = {
     "huge size": (["run", "{d}/img.tflite", "-i", "{d}/ok.png", "--size", "99999999999999999999x1"], "size"),
     "preprocessing bad json": (["package", "{d}/img.tflite", "-o", "{d}/p.bundle", "--preprocessing", "{{bad"],
                                "not valid JSON"),
+    "deep report json": (["package", "{d}/img.tflite", "-o", "{d}/r.bundle", "--report", "{d}/deep.json"],
+                         "RecursionError"),
+    "deep preprocessing json": (["package", "{d}/img.tflite", "-o", "{d}/r.bundle", "--preprocessing",
+                                 "{d}/deep.json"], "not valid JSON"),
     "golden bomb": (["package", "{d}/img.tflite", "-o", "{d}/g.bundle", "--golden", "{d}/bomb.npy"], "declares"),
     # directories and missing folders
     "dir as model": (["run", "{d}"], "directory"),

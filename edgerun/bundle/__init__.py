@@ -93,8 +93,9 @@ def _read_report(report):
     if isinstance(report, (str, os.PathLike)):
         try:
             return _manifest.jsonable(json.loads(Path(report).read_text(encoding="utf-8")))
-        except (OSError, ValueError) as e:
-            raise BundleError(f"cannot read conversion report {str(report)!r}: {e}") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise BundleError(f"cannot read conversion report {str(report)!r}: {type(e).__name__}: "
+                              f"{str(e)[:100]}") from None
     if hasattr(report, "to_dict"):
         report = report.to_dict()
     return _manifest.jsonable(report)
