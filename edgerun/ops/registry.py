@@ -148,7 +148,12 @@ Validator = Callable[[NodeContext], None]
 
 @dataclass
 class OpDef:
-    """Everything edgerun knows about one builtin op (or, for kernels only, one custom op)."""
+    """Everything edgerun knows about one TFLite builtin op.
+
+    Its code and options table come from the schema (``code``, ``options_table``); its shape rule
+    is its kernels' ``prepare`` (output shapes from input shapes and options), chosen per dtype by
+    ``key``. Custom ops have kernels only (:func:`register_custom`).
+    """
 
     name: str
     kernels: dict[str, type[Kernel]] = field(default_factory=dict)
