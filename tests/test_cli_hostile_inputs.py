@@ -81,6 +81,7 @@ def files(tmp_path_factory):
 
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(d / "ok.png")
     (d / "corrupt.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    os.mkfifo(d / "fifo")  # nobody ever writes to it: opening it for reading must not block
     (d / "deep.json").write_text("[" * 100000 + "]" * 100000)  # RecursionError in json.loads
     np.save(d / "obj.npy", np.array([1, None], dtype=object), allow_pickle=True)
     np.savez(d / "obj.npz", image=np.array([1, None], dtype=object))
@@ -133,6 +134,9 @@ CASES = {
                          "RecursionError"),
     "deep preprocessing json": (["package", "{d}/img.tflite", "-o", "{d}/r.bundle", "--preprocessing",
                                  "{d}/deep.json"], "not valid JSON"),
+    "calib /dev/zero": (["package", "{d}/img.tflite", "-o", "{d}/c.bundle", "--calib", "/dev/zero"],
+                        "not a regular file"),
+    "calib fifo": (["package", "{d}/img.tflite", "-o", "{d}/c.bundle", "--calib", "{d}/fifo"], "not a regular file"),
     "golden bomb": (["package", "{d}/img.tflite", "-o", "{d}/g.bundle", "--golden", "{d}/bomb.npy"], "declares"),
     # directories and missing folders
     "dir as model": (["run", "{d}"], "directory"),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,13 +106,27 @@ def hash_calibration(path) -> str:
     """SHA-256 over calibration data: a file, or every file under a directory (sorted paths)."""
     p = Path(path)
     h = hashlib.sha256()
-    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    try:
+        files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    except OSError as e:
+        raise BundleError(f"cannot list calibration data at {str(p)!r}: {e.strerror}") from None
     if not files or not all(f.exists() for f in files):
         raise BundleError(f"no calibration data at {str(p)!r}")
     for f in files:
         rel = f.relative_to(p).as_posix() if p.is_dir() else f.name
         h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        fh = hashlib.sha256()
+        try:
+            # O_NONBLOCK: a FIFO planted as calibration data must not block the open
+            fd = os.open(f, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as stream:
+                if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                    raise BundleError(f"calibration data {str(f)!r} is not a regular file")
+                for chunk in iter(lambda: stream.read(1 << 20), b""):
+                    fh.update(chunk)
+        except OSError as e:
+            raise BundleError(f"cannot read calibration data {str(f)!r}: {e.strerror}") from None
+        h.update(fh.digest())
     return h.hexdigest()
 
 
