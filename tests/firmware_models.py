@@ -306,6 +306,30 @@ def _more_op_models(rng) -> dict[str, bytes]:
         b.op("ARG_MAX", [x, _i32(b, "axis", [1])], [y], output_type=2 if otype == "int32" else 4)
         b.output(y)
         models[f"arg_max_{otype}"] = b.to_bytes()
+    unary("relu_n1_to_1", "RELU_N1_TO_1", (1, 64), (0.03, 5), (0.01, -3))
+    unary("abs_rescale", "ABS", (1, 64), (0.05, 10), (0.03, -100))
+    unary("abs_same_scale", "ABS", (1, 64), (0.05, 10), (0.05, -128))
+    unary("exp", "EXP", (1, 64), (0.02, 0), (0.02, -128))
+    b = ModelBuilder()
+    x = b.input("x", (2, 7, 5), "int8", q)
+    y = b.tensor("y", (2, 5), "int32")
+    b.op("ARG_MIN", [x, _i32(b, "axis", [-2])], [y], output_type=2)
+    b.output(y)
+    models["arg_min"] = b.to_bytes()
+    for name, (ashape, bshape, oshape, adj) in {
+            "batch_matmul": ((2, 3, 4), (2, 4, 5), (2, 3, 5), {}),
+            "batch_matmul_bcast_adj": ((2, 1, 4, 3), (3, 5, 4), (2, 3, 3, 5), {"adj_x": True, "adj_y": True}),
+            "batch_matmul_const_rhs": ((1, 6, 8), None, (1, 6, 7), {})}.items():
+        b = ModelBuilder()
+        x = b.input("x", ashape, "int8", (0.05, -4))
+        if bshape is None:
+            yv = b.const("w", rng.integers(-127, 128, size=(8, 7)).astype(np.int8), "int8", (0.02, 0))
+        else:
+            yv = b.input("y", bshape, "int8", (0.04, 6))
+        z = b.tensor("z", oshape, "int8", (0.3, 3))
+        b.op("BATCH_MATMUL", [x, yv], [z], **adj)
+        b.output(z)
+        models[name] = b.to_bytes()
     b = ModelBuilder()
     x = b.input("x", (5, 3, 4), "int8", q)
     y = b.tensor("y", (5, 2, 2, 4), "int8", q)

@@ -159,6 +159,9 @@ def _work(op_name, ins, out, facts, opts):
         return w + oc * f[1] * f[2]
     if op_name == "FULLY_CONNECTED" and f and len(f) == 2:
         return w + oc * f[1]
+    if op_name == "BATCH_MATMUL" and len(facts[ins[0]][0]) >= 2:
+        x = facts[ins[0]][0]
+        return w + oc * (x[-2] if opts.get("adj_x") else x[-1])
     if op_name in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
         x = facts[ins[0]][0]
         if len(x) == 4:
@@ -253,7 +256,7 @@ def _pool_bytes(m, g, facts) -> int:
             pool += 8 * facts[ins[1]][0][0]  # one double per unit (requantization in double)
         elif name == "SOFTMAX":
             pool += 1024
-        elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH"):
+        elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "EXP", "ABS"):
             pool += 256
         elif name in ("TRANSPOSE", "SLICE", "STRIDED_SLICE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
             pool += 56

@@ -53,7 +53,12 @@
     X(99, SQUARED_DIFFERENCE, "int8>int8")               \
     X(100, MIRROR_PAD, "same>same")                      \
     X(102, SPLIT_V, "same>same")                         \
-    X(117, HARD_SWISH, "int8>int8")
+    X(117, HARD_SWISH, "int8>int8")                      \
+    X(20, RELU_N1_TO_1, "int8>int8")                     \
+    X(47, EXP, "int8>int8")                              \
+    X(79, ARG_MIN, "int8>int32|int8>int64")              \
+    X(101, ABS, "int8>int8")                             \
+    X(126, BATCH_MATMUL, "int8>int8")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

@@ -332,6 +332,10 @@ static int prep_relu(er_model *m, er_node *n, char *err, size_t errlen) {
     if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
     if (in->count != out->count) FAIL("shape mismatch");
     er_quantize_multiplier((double)(in->scale / out->scale), &n->mult, &n->shift);
+    if (n->op == 20) { /* RELU_N1_TO_1: the fused-activation range [-1, 1] */
+        act_range(2, out, &n->act_min, &n->act_max);
+        return ER_OK;
+    }
     n->act_min = clampi(wadd(out->zp, f2i(roundf(0.0f / out->scale))), -128, 127);
     n->act_max = n->op == 21 ? clampi(wadd(out->zp, f2i(roundf(6.0f / out->scale))), -128, 127) : 127;
     return ER_OK;
@@ -434,6 +438,8 @@ static int prep_lut(er_model *m, er_node *n, char *err, size_t errlen) {
     if (n->op == 98) { /* LEAKY_RELU (reference_ops::QuantizeLeakyRelu) */
         qm_signed(in->scale * n->beta / out->scale, &m_a, &s_a);
         er_quantize_multiplier((double)(in->scale / out->scale), &m_id, &s_id);
+    } else if (n->op == 101) { /* ABS: |q - zi| rescaled by si/so unless the scales are equal */
+        er_quantize_multiplier((double)(in->scale / out->scale), &m_id, &s_id);
     } else if (n->op == 117) { /* HARD_SWISH (reference_ops::HardSwish<int8_t>) */
         const float hires = (1.0f / 128.0f) * in->scale;
         int32_t m32;
@@ -450,6 +456,14 @@ static int prep_lut(er_model *m, er_node *n, char *err, size_t errlen) {
             const float x = in->scale * (float)(v - zi);
             const float y = n->op == 14 ? 1.0f / (1.0f + expf(-x)) : tanhf(x);
             q = f2i(roundf(y * inv) + (float)zo);
+        } else if (n->op == 47) { /* EXP: LiteRT's int8 table, saturating float -> int */
+            const float y = expf(in->scale * (float)(v - zi)) * inv;
+            float r = roundf(y) + (float)zo;
+            r = r > 127.0f ? 127.0f : (r < -128.0f ? -128.0f : r);
+            q = r == r ? (int32_t)r : 0;
+        } else if (n->op == 101) {
+            const int32_t d = v - zi < 0 ? zi - v : v - zi;
+            q = in->scale == out->scale ? d + zo : wadd(er_mbqm(d, m_id, s_id), zo);
         } else if (n->op == 98) {
             const int32_t d = v - zi;
             q = wadd(d >= 0 ? er_mbqm(d, m_id, s_id) : er_mbqm(d, m_a, s_a), zo);
@@ -773,6 +787,70 @@ static int prep_pieces(er_model *m, er_node *n, char *err, size_t errlen) {
     return ER_OK;
 }
 
+
+/* BATCH_MATMUL (reference_ops::BatchMatMul, int8): out[b, i, j] = MBQM(sum_k (x[b,i,k] - zx) *
+ * (y[b,k,j] - zy)) + zo, adj_x/adj_y transpose the last two axes, batch axes broadcast (rank <= 5). */
+static int prep_batch_matmul(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    if (n->n_in != 2 || !is_i8(a) || !is_i8(b) || !is_i8(out)) UNSUP("only int8 inputs and output are supported");
+    if (a->scales.n != 1 || b->scales.n != 1) UNSUP("per-channel quantization");
+    if (a->ndim < 2 || b->ndim < 2 || a->ndim > 5 || b->ndim > 5) FAIL("ranks must be 2..5");
+    const int nd = out->ndim;
+    if (nd != (a->ndim > b->ndim ? a->ndim : b->ndim)) FAIL("output rank");
+    const int32_t M = n->flag1 ? a->dims[a->ndim - 1] : a->dims[a->ndim - 2];
+    const int32_t K = n->flag1 ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+    const int32_t K2 = n->flag2 ? b->dims[b->ndim - 1] : b->dims[b->ndim - 2];
+    const int32_t N = n->flag2 ? b->dims[b->ndim - 2] : b->dims[b->ndim - 1];
+    if (K != K2 || out->dims[nd - 2] != M || out->dims[nd - 1] != N) FAIL("matrix shapes do not match");
+    for (int i = 0; i < nd - 2; i++) {
+        const int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        const int32_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if ((da != db && da != 1 && db != 1) || out->dims[i] != (da > db ? da : db)) FAIL("batch axes do not broadcast");
+    }
+    er_quantize_multiplier((double)(a->scale * b->scale) / (double)out->scale, &n->mult, &n->shift);
+    return ER_OK;
+}
+
+static void eval_batch_matmul(er_model *m, er_node *n) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0), *yv = i8in(m, n, 1);
+    int8_t *o = i8out(m, n);
+    const int nd = out->ndim;
+    const int32_t M = out->dims[nd - 2], N = out->dims[nd - 1];
+    const int32_t K = n->flag1 ? a->dims[a->ndim - 2] : a->dims[a->ndim - 1];
+    int32_t sa[ER_MAX_DIMS], sb[ER_MAX_DIMS], idx[ER_MAX_DIMS] = {0};
+    uint32_t batches = 1;
+    int32_t stra = M * K, strb = K * N;
+    for (int i = nd - 3; i >= 0; i--) {
+        const int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        const int32_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        sa[i] = da == 1 ? 0 : stra;
+        sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        batches *= (uint32_t)out->dims[i];
+    }
+    const int32_t zx = a->zp, zy = b->zp, zo = out->zp;
+    for (uint32_t bt = 0; bt < batches; bt++) {
+        int32_t oa = 0, ob = 0;
+        for (int i = 0; i < nd - 2; i++) { oa += idx[i] * sa[i]; ob += idx[i] * sb[i]; }
+        for (int32_t i = 0; i < M; i++)
+            for (int32_t j = 0; j < N; j++) {
+                int32_t acc = 0;
+                for (int32_t k = 0; k < K; k++) {
+                    const int32_t xv = x[oa + (n->flag1 ? k * M + i : i * K + k)];
+                    const int32_t yk = yv[ob + (n->flag2 ? j * K + k : k * N + j)];
+                    acc = wadd(acc, (xv - zx) * (yk - zy));
+                }
+                o[((size_t)bt * M + i) * N + j] = (int8_t)clampi(wadd(er_mbqm(acc, n->mult, n->shift), zo), -128, 127);
+            }
+        for (int i = nd - 3; i >= 0; i--) {
+            if (++idx[i] < out->dims[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
 static const char *type_name(uint8_t t) {
     switch (t) {
         case ER_TYPE_FLOAT32: return "float32";
@@ -824,14 +902,16 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         case 9: return prep_fc(m, n, err, errlen);
         case 1: case 17: return prep_pool(m, n, err, errlen);
         case 0: case 18: case 41: case 55: case 57: case 99: return prep_binary(m, n, err, errlen);
-        case 28: case 98: case 117: return prep_lut(m, n, err, errlen);
+        case 28: case 47: case 98: case 101: case 117: return prep_lut(m, n, err, errlen);
+        case 20: return prep_relu(m, n, err, errlen);
+        case 126: return prep_batch_matmul(m, n, err, errlen);
         case 54: return prep_prelu(m, n, err, errlen);
         case 39: return prep_transpose(m, n, err, errlen);
         case 45: case 65: return prep_slice(m, n, err, errlen);
         case 5: case 26: return prep_space_depth(m, n, err, errlen);
         case 97: return prep_resize_nn(m, n, err, errlen);
         case 82: return prep_reduce_max(m, n, err, errlen);
-        case 56: return prep_arg_max(m, n, err, errlen);
+        case 56: case 79: return prep_arg_max(m, n, err, errlen);
         case 36: return prep_gather(m, n, err, errlen);
         case 100: return prep_mirror_pad(m, n, err, errlen);
         case 49: case 83: case 88: case 102: return prep_pieces(m, n, err, errlen);
@@ -860,6 +940,7 @@ uint64_t er_kernel_work(er_model *m, er_node *n) {
         case 3: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2] * (uint64_t)in->dims[3];
         case 4: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2];
         case 9: return w + (uint64_t)out->count * (uint64_t)f->dims[1];
+        case 126: return w + (uint64_t)out->count * (uint64_t)(n->flag1 ? in->dims[in->ndim - 2] : in->dims[in->ndim - 1]);
         case 1: case 17: {
             uint64_t fh = (uint64_t)(n->filter_h < in->dims[1] ? n->filter_h : in->dims[1]);
             uint64_t fw = (uint64_t)(n->filter_w < in->dims[2] ? n->filter_w : in->dims[2]);
@@ -1244,7 +1325,9 @@ static void eval_arg_max(er_model *m, er_node *n) {
         for (uint32_t i = 0; i < inner; i++) {
             const int8_t *p = x + (size_t)o * N * inner + i;
             uint32_t best = 0;
-            for (uint32_t k = 1; k < N; k++) if (p[(size_t)k * inner] > p[(size_t)best * inner]) best = k;
+            for (uint32_t k = 1; k < N; k++)
+                if (n->op == 56 ? p[(size_t)k * inner] > p[(size_t)best * inner] : p[(size_t)k * inner] < p[(size_t)best * inner])
+                    best = k;
             const uint32_t at = o * inner + i;
             if (out->type == ER_TYPE_INT64) {
                 int64_t v = best;
@@ -1329,7 +1412,7 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 9: eval_fc(m, n); return 0;
         case 1: case 17: eval_pool(m, n); return 0;
         case 0: case 18: case 41: case 55: case 57: case 99: eval_binary(m, n); return 0;
-        case 28: case 98: case 117:
+        case 28: case 47: case 98: case 101: case 117:
         case 14: {
             const int8_t *x = i8in(m, n, 0);
             int8_t *y = i8out(m, n);
@@ -1340,13 +1423,14 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 39: case 45: case 65: case 5: case 26: eval_view(m, n); return 0;
         case 97: eval_resize_nn(m, n); return 0;
         case 82: eval_reduce_max(m, n); return 0;
-        case 56: eval_arg_max(m, n); return 0;
+        case 56: case 79: eval_arg_max(m, n); return 0;
+        case 126: eval_batch_matmul(m, n); return 0;
         case 36: return eval_gather(m, n);
         case 100: eval_mirror_pad(m, n); return 0;
         case 49: case 83: case 88: case 102: eval_pieces(m, n); return 0;
         case 40: return eval_mean(m, n);
         case 25: eval_softmax(m, n); return 0;
-        case 19: case 21: eval_relu(m, n); return 0;
+        case 19: case 20: case 21: eval_relu(m, n); return 0;
         case 114: case 6: eval_quantize(m, n); return 0;
         case 22: case 43: case 70:
             memmove(er_model_tensor_data(m, n->out), er_model_tensor_data(m, n->in[0]), tout(m, n)->bytes);

@@ -177,7 +177,8 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
         case 23: n->flag1 = fb_u8(opt, 2, 0); n->flag2 = fb_u8(opt, 3, 0); break; /* RESIZE_BILINEAR */
         case 5: case 26: n->alpha_i = fb_i32(opt, 0, 0); break;         /* DEPTH_TO_SPACE, SPACE_TO_DEPTH */
         case 36: n->axis = fb_i32(opt, 0, 0); n->alpha_i = fb_i32(opt, 1, 0); break; /* GATHER: axis, batch_dims */
-        case 56: n->alpha_i = fb_u8(opt, 0, 4); break;                  /* ARG_MAX: output type */
+        case 56: case 79: n->alpha_i = fb_u8(opt, 0, 4); break;         /* ARG_MAX, ARG_MIN: output type */
+        case 126: n->flag1 = fb_u8(opt, 0, 0); n->flag2 = fb_u8(opt, 1, 0); break; /* BATCH_MATMUL: adj_x, adj_y */
         case 49: case 102: n->alpha_i = fb_i32(opt, 0, 0); break;       /* SPLIT, SPLIT_V: num_splits */
         case 83: case 88: n->alpha_i = fb_i32(opt, 0, 0); n->axis = fb_i32(opt, 1, 0); break; /* PACK, UNPACK */
         case 100: n->alpha_i = fb_u8(opt, 0, 0); break;                 /* MIRROR_PAD: mode */
