@@ -103,12 +103,14 @@ def test_bench_report_contents(bench_report):
         assert 'href="bench.mlperf/edgerun/mlperf_log_summary.txt"' in html
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_bench_report_renders_in_chromium(bench_report, tmp_path):
     out, _ = bench_report
     check_in_browser(out, tmp_path, min_blue=2000, min_orange=500)
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_convert_report_renders_in_chromium(tmp_path):
     out = tmp_path / "convert.html"
