@@ -379,3 +379,40 @@ MLPERF_TINY = {"vww": "vww_96_int8.tflite", "ic": "pretrainedResnet_quant.tflite
 def mlperf_tiny(name: str) -> bytes | None:
     p = MLPERF_TINY_DIR / MLPERF_TINY[name]
     return p.read_bytes() if p.exists() else None
+
+
+def mediapipe_style(blocks: int = 40, seed: int = 11) -> bytes:
+    """A MediaPipe-style int8 graph: conv stem, then `blocks` residual blocks (1x1 conv -> PRELU
+    -> depthwise 3x3 -> ADD), a STRIDED_SLICE, RESIZE_NEAREST_NEIGHBOR, HARD_SWISH and a
+    fully-connected head; 40 blocks give over 300 tensors (above the old fixed limit of 256)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder("edgerun mediapipe-style")
+    xq = (0.02, -3)
+    x = b.input("image", (1, 16, 16, 3), "int8", xq)
+    y, yq, s = conv(b, rng, x, xq, (1, 16, 16, 3), 8, 3, 2, 0, name="stem")  # 8x8x8
+    for i in range(blocks):
+        h, hq, hs = conv(b, rng, y, yq, s, 8, 1, 1, 0, name=f"b{i}_pw")
+        pq = _q(rng)
+        p = b.tensor(f"b{i}_prelu", hs, "int8", pq)
+        alpha = b.const(f"b{i}_alpha", rng.integers(-128, 128, size=(1, 1, 8)).astype(np.int8), "int8",
+                        (float(rng.uniform(0.002, 0.01)), 0))
+        b.op("PRELU", [h, alpha], [p])
+        d, dq, ds = dwconv(b, rng, p, pq, hs, 3, 1, 0, name=f"b{i}_dw")
+        aq = _q(rng)
+        a = b.tensor(f"b{i}_add", ds, "int8", aq)
+        b.op("ADD", [y, d], [a])
+        y, yq, s = a, aq, ds
+    sl = b.tensor("slice", (1, 4, 8, 8), "int8", yq)
+    b.op("STRIDED_SLICE", [y, b.const("begin", np.array([0, 0, 0, 0], np.int32)),
+                           b.const("end", np.array([1, 8, 8, 8], np.int32)),
+                           b.const("strides", np.array([1, 2, 1, 1], np.int32))], [sl], begin_mask=15, end_mask=15)
+    up = b.tensor("up", (1, 8, 8, 8), "int8", yq)
+    b.op("RESIZE_NEAREST_NEIGHBOR", [sl, b.const("size", np.array([8, 8], np.int32))], [up], half_pixel_centers=True)
+    hq = _q(rng)
+    hs_t = b.tensor("hswish", (1, 8, 8, 8), "int8", hq)
+    b.op("HARD_SWISH", [up], [hs_t])
+    r = b.tensor("flat", (1, 512), "int8", hq)
+    b.op("RESHAPE", [hs_t, b.const("shape", np.array([1, 512], np.int32))], [r], new_shape=(1, 512))
+    out, _ = fc(b, rng, r, hq, 512, 10, 0, name="head", per_channel=True)
+    b.output(out)
+    return b.to_bytes()

@@ -178,3 +178,35 @@ def test_arena_prediction_for_op_models(device, name):
     model = op_models(2)[name]
     assert firmware_accepts(model, "mps2-an386") == []
     assert raw_flash(device, model)[1] == firmware_arena_bytes(model)
+
+
+def test_mediapipe_style_model_checks_flashes_and_verifies(device, tmp_path):
+    """PRELU / STRIDED_SLICE / RESIZE / HARD_SWISH and over 256 tensors: `edgerun check --target
+    mcu:mps2-an386` (the console script) says it runs, the firmware accepts it with the predicted
+    arena, and the device's outputs are LiteRT's reference bytes."""
+    import os
+    import subprocess
+
+    from firmware_models import mediapipe_style
+
+    from edgerun.deploy.flash import run_with_link, verify_on_device
+    from edgerun.litert import make_interpreter
+    from edgerun.testing import random_inputs, run_litert
+
+    model = mediapipe_style()
+    g = read_model(model).main
+    assert len(g.tensors) > 256
+    assert firmware_accepts(model, "mps2-an386") == []
+    path = tmp_path / "mp.tflite"
+    path.write_bytes(model)
+    r = subprocess.run(["edgerun", "check", str(path), "--target", "mcu:mps2-an386"], capture_output=True, text=True,
+                       env=dict(os.environ, NO_COLOR="1"), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _slot, arena = raw_flash(device, model)
+    assert arena == firmware_arena_bytes(model)
+    details = make_interpreter(model, reference=True).get_input_details()
+    for seed in range(2):
+        xs = random_inputs(details, seed=seed)
+        got, _ = run_with_link(device, xs)
+        assert got[0].tobytes() == run_litert(model, xs, reference=True)[0].tobytes()
+    assert verify_on_device(model, device.port, link=device, flash_first=False)["ok"]

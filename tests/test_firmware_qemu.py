@@ -117,6 +117,19 @@ def test_mlperf_tiny_bit_exact_on_cortex_m4(board, name):
         assert verify_on_device(model, url, link=link, flash_first=False)["ok"]
 
 
+def test_mediapipe_style_model_on_cortex_m4(board):
+    """PRELU / STRIDED_SLICE / RESIZE / HARD_SWISH, over 256 tensors, verified on the emulated board."""
+    from firmware_models import mediapipe_style
+
+    _q, url = board
+    model = mediapipe_style()
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        report = verify_on_device(model, url, link=link, flash_first=False)
+    assert report["ok"], report
+
+
 def test_second_board_cortex_m7(tmp_path):
     """A second board profile: the same firmware built for the Cortex-M7 of QEMU's mps2-an500
     (FPv5 FPU, its own board.h) runs the op models and MLPerf Tiny's KWS model bit-exactly."""
