@@ -23,7 +23,6 @@ def deploy(*args):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
     board = tmp_path / "board"
     b = _bundle(tmp_path, 31)
