@@ -154,7 +154,9 @@ def bench_cli(
         return
     c = console()
     rules = report["rules"]
-    print_table(report, f"{model.name}: {scenario}, {threads} thread(s), driver {rules['driver']}", c)
+    head = "p90 latency" if scenario == "single-stream" else "inferences/s"
+    print_table(report, f"{model.name}: {scenario} (headline: {head}), {threads} thread(s), "
+                f"driver {rules['driver']}", c)
     e = report["engines"].get("edgerun", {})
     if "arena_bytes" in e:
         c.print(f"edgerun arena {e['arena_bytes']:,} B, peak transient {e['peak_transient_bytes']:,} B")
