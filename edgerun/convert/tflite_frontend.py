@@ -7,6 +7,8 @@ old and new op-code fields and does not need a signature. What this module adds:
   models) is folded into float32 constants;
 * constant DENSIFY (sparse weights) is expanded to a dense float32 constant by walking the
   tensor's sparsity metadata (traversal order, block map, DENSE / SPARSE_CSR levels);
+* hybrid models (float activations, int8 weights: "dynamic range quantization") get their weights
+  dequantized to float32, so they convert to full int8 like a float model;
 * models that are already quantized, use control flow or custom ops are refused with the reason.
 """
 
@@ -65,6 +67,33 @@ def densify(values: np.ndarray, shape: tuple, sparsity) -> np.ndarray:
     return dense
 
 
+#: ops LiteRT runs as hybrids (float32 activations, int8 constant weights at input 1)
+_HYBRID_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV")
+
+
+def _dequantize_hybrid_weights(g: Graph) -> None:
+    """Hybrid ("dynamic range") models: int8 weights of float ops become float32 constants
+    ``scale * (q - zero_point)`` (per channel along the quantized dimension), so the graph is a float
+    graph that quantizes to full int8 like any other; ``asymmetric_quantize_inputs`` is dropped."""
+    for op in g.ops:
+        if op.op not in _HYBRID_OPS or len(op.inputs) < 2:
+            continue
+        xi, wi = (0, 1) if op.op != "TRANSPOSE_CONV" else (2, 1)
+        x, w = g.tensors[op.inputs[xi]], g.tensors[op.inputs[wi]]
+        if x.dtype != "float32" or w.data is None or w.dtype not in ("int8", "uint8") or w.quant is None:
+            continue
+        s = np.asarray(w.quant.scale, np.float32)
+        z = np.asarray(w.quant.zero_point, np.float32)
+        d = w.data
+        if s.size > 1:
+            shp = [1] * d.ndim
+            shp[w.quant.quantized_dimension] = -1
+            s, z = s.reshape(shp), z.reshape(shp)
+        w.data = ((d.astype(np.float32) - z) * s).astype(np.float32)
+        w.dtype, w.quant = "float32", None
+        op.options.pop("asymmetric_quantize_inputs", None)
+
+
 def tflite_to_graph(data: bytes) -> Graph:
     from edgerun.schema.reader import read_model
 
@@ -115,6 +144,7 @@ def tflite_to_graph(data: bytes) -> Graph:
             continue
         keep.append(op)
     g.ops = keep
+    _dequantize_hybrid_weights(g)
     # float16 constants feeding other ops directly (rare) become float32
     for t in g.tensors:
         if t.data is not None and t.dtype == "float16":
