@@ -29,9 +29,19 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from edgerun.ops.common import (BoundOutput, Requantizer, check_weighted_types, conv_output_size, conv_padding,
-                                exact_chunk, exact_int_matmul, float_activation_range, qparams,
-                                quantized_activation_range, scratch)
+from edgerun.ops.common import (
+    BoundOutput,
+    Requantizer,
+    check_weighted_types,
+    conv_output_size,
+    conv_padding,
+    exact_chunk,
+    exact_int_matmul,
+    float_activation_range,
+    qparams,
+    quantized_activation_range,
+    scratch,
+)
 from edgerun.ops.fixedpoint import quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Padding
@@ -362,7 +372,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     COLS_MIN_CHANNELS = 16
 
     def _eval_int8_cols(self, xp: np.ndarray) -> np.ndarray:
-        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        kh, kw, _, _, _, _, oh, ow = self.geom
         n, _, _, oc = self.out_shape
         out = self._out
         if out is None or out.shape != self.out_shape:

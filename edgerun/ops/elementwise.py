@@ -42,7 +42,14 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.errors import InputMismatchError, ModelFormatError
-from edgerun.ops.common import QRANGE, TableEval, qparams, quantized_activation_range, round_half_away, scratch
+from edgerun.ops.common import (
+    QRANGE,
+    TableEval,
+    qparams,
+    quantized_activation_range,
+    round_half_away,
+    scratch,
+)
 from edgerun.ops.fixedpoint import (
     count_leading_sign_bits32,
     get_inv_sqrt_quantized_multiplier_exp,

@@ -19,8 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun._util import round_half_away
-from edgerun.ops.common import (INT8_BY_BITS, BoundOutput, apply_float_activation, qparams,
-                                quantized_activation_range)
+from edgerun.ops.common import (
+    INT8_BY_BITS,
+    BoundOutput,
+    apply_float_activation,
+    qparams,
+    quantized_activation_range,
+)
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema import tflite
 from edgerun.schema.tflite import Activation, DimensionType, MirrorPadMode
