@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,29 @@ def test_hybrid_tflite_converts_to_full_int8(tmp_path, monkeypatch):
                if m.main.tensors[i].np_dtype != np.int32)
     xq = np.zeros((1, 8, 8, 3), np.int8)
     assert np.array_equal(run_edgerun(out.read_bytes(), [xq])[0], run_litert(out.read_bytes(), [xq])[0])
+
+
+KWS = Path.home() / ".cache" / "edgerun" / "kws_ref_model_float32.tflite"
+
+
+@pytest.mark.skipif(not KWS.exists(), reason=f"MLPerf Tiny KWS model not cached at {KWS} (github.com/mlcommons/tiny, "
+                    "benchmark/training/keyword_spotting/trained_models/kws_ref_model_float32.tflite)")
+def test_mlperf_tiny_kws_hybrid_matches_litert():
+    """The MLPerf Tiny keyword-spotting model is hybrid (five CONV_2D with int8 weights): every hybrid
+    layer's output is bit-identical to LiteRT's reference kernels; the final softmax agrees to float
+    rounding (edgerun's float AVERAGE_POOL_2D sums in another order: 1 ulp)."""
+    data = KWS.read_bytes()
+    from edgerun.schema.reader import read_model
+    g = Graph.from_model(read_model(data))
+    hybrid_outs = [op.outputs[0] for op in g.ops if op.op == "CONV_2D"]
+    assert len(hybrid_outs) == 5 and all(g.tensors[op.inputs[1]].dtype == "int8" for op in g.ops if op.op == "CONV_2D")
+    g.outputs = list(g.outputs) + hybrid_outs
+    probe = g.to_bytes("kws probe")
+    rng = np.random.default_rng(0)
+    for k in range(3):
+        x = (rng.standard_normal(g.tensors[g.inputs[0]].shape) * (1 + 3 * k)).astype(np.float32)
+        want, got = run_litert(probe, [x]), run_edgerun(probe, [x])
+        for w, o in zip(want[1:], got[1:]):
+            np.testing.assert_array_equal(o, w)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(run_edgerun(data, [x])[0], run_litert(data, [x])[0], rtol=1e-5, atol=1e-7)
