@@ -12,9 +12,10 @@ the per-invoke times; the figure per engine is the median over all rounds. Each 
 CPU time is kept too (LiteRT runs on the calling thread with num_threads=1): on a loaded machine
 the CPU-time ratio is less sensitive to waiting for a core than the wall-clock one. Every worker feeds
 the same seeded random inputs. Peak memory is the growth of the worker's resident set from just
-before it reads the model (imports done) to its high-water mark (VmHWM) after the last invoke.
+after it has read the model bytes (imports done) to its high-water mark (VmHWM) after the last
+invoke.
 
-The corpus (models missing on this machine are skipped, and the table says so):
+The corpus (models missing on this machine are left out of the tables):
 
 * MediaPipe vision graphs from the ``mediapipe`` 0.10.14 wheel (``tests/test_external_models.py``
   caches it in ~/.cache/edgerun/fixtures), converted to int8 by ``edgerun convert`` (minmax
