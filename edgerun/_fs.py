@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from edgerun.errors import UsageError
@@ -87,3 +88,50 @@ def atomic_write(path, data: bytes, *, mode: int = 0o644, exclusive: bool = Fals
             pass
         raise UsageError(f"cannot write {str(out)!r}: {e.strerror}") from None
     return out
+
+
+def read_regular(path, *, limit: int, what: str = "file", error=None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or one-line ``error`` (an EdgerunError
+    class; default UsageError). A FIFO, device or socket is refused without blocking or reading
+    (``/dev/zero`` would never end, an unwritten FIFO never opens), as is a directory."""
+    err = error or UsageError
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise err(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise err(f"{p} is a directory, not a {what}") from None
+    except OSError as e:
+        raise err(f"cannot read {what} {p!r}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise err(f"{p} is a directory, not a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            raise err(f"{p} is not a regular file (a device, FIFO or socket); expected a {what}")
+        if st.st_size > limit:
+            raise err(f"{what} {p!r} is {st.st_size} bytes, over the {limit}-byte limit")
+        chunks, left = [], st.st_size + 1  # one byte more notices a file that grows meanwhile
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 24))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise err(f"{what} {p!r} grew over the {limit}-byte limit while being read")
+        return data
+    except OSError as e:
+        raise err(f"cannot read {what} {p!r}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def is_regular(path) -> bool:
+    """True for a regular file (following symlinks), without opening it."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False

@@ -41,6 +41,10 @@ def model_bytes(path) -> tuple[bytes, str, dict | None]:
         kw = {"allow_unsigned": True} if "allow_unsigned" in inspect.signature(read_bundle).parameters else {}
         b = read_bundle(p, **kw)
         return b.model, str(path), b.manifest
+    from edgerun._fs import is_regular
+
+    if p.exists() and not p.is_dir() and not is_regular(p):  # a FIFO would block, /dev/zero never end
+        raise EdgerunError(f"{path} is not a regular file (a device, FIFO or socket)")
     try:
         return p.read_bytes(), str(path), None
     except FileNotFoundError:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgerun._fs import is_regular
 from edgerun.errors import InputMismatchError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm", ".pgm", ".tif", ".tiff"}
@@ -69,6 +70,8 @@ def _read_array(f, what: str, available_after_header) -> np.ndarray:
 def load_npy(path) -> np.ndarray:
     """A .npy file as an array, checked before loading: header, dtype (no objects), declared size."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not is_regular(p):
+        raise InputMismatchError(f"{p} is not a regular file (a device, FIFO or socket)")
     try:
         f = open(p, "rb")
     except OSError as e:
@@ -83,6 +86,8 @@ def load_npy(path) -> np.ndarray:
 def load_npz(path) -> dict[str, np.ndarray]:
     """A .npz archive as {name: array}; every member is checked like :func:`load_npy`."""
     p = Path(path)
+    if p.exists() and not p.is_dir() and not is_regular(p):
+        raise InputMismatchError(f"{p} is not a regular file (a device, FIFO or socket)")
     out: dict[str, np.ndarray] = {}
     try:
         with zipfile.ZipFile(p) as z:

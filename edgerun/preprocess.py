@@ -104,11 +104,12 @@ def _finite(v, what: str) -> float:
 def spec_from_option(text: str) -> dict:
     """A spec from a command-line option: inline JSON, or the path of a ``.json`` file."""
     if text.strip().endswith(".json") and not text.lstrip().startswith("{"):
+        from edgerun._fs import read_regular
+
         try:
-            text = Path(text).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputMismatchError(f"cannot read preprocessing file {text!r}: {getattr(e, 'strerror', None) or e}") \
-                from None
+            text = read_regular(text, limit=1 << 20, what="preprocessing file", error=InputMismatchError).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputMismatchError(f"preprocessing file {text!r} is not UTF-8") from None
     return validate_spec(text)
 
 
@@ -142,6 +143,10 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
 
             arr = load_npy(p)
         else:
+            from edgerun._fs import is_regular
+
+            if p.exists() and not is_regular(p):
+                raise InputMismatchError(f"{p} is not a regular file; give an image file")
             try:
                 from PIL import Image
             except ImportError:

@@ -68,12 +68,10 @@ def run_model(model: Path, inputs: list[Path], *, image_options: dict | None = N
     if compare is not None and compare != "litert":
         raise UsageError(f"--compare takes 'litert', not {compare!r}")
     model = Path(model)
-    try:
-        data = model.read_bytes()
-    except FileNotFoundError:
-        raise EdgerunError(f"{model}: no such file") from None
-    except IsADirectoryError:
-        raise EdgerunError(f"{model} is a directory, not a model or a bundle") from None
+    from edgerun._fs import read_regular
+
+    # a regular file only: a FIFO would block, /dev/zero would never end
+    data = read_regular(model, limit=1 << 34, what="model or a bundle", error=EdgerunError)
     it = Interpreter(model_content=data, delegates=delegates or None)
     it.allocate_tensors()
     details = it.get_input_details()

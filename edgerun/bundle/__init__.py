@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgerun._fs import atomic_write, check_output
+from edgerun._fs import atomic_write, check_output, is_regular, read_regular
 from edgerun.bundle import archive, signing, trust
 from edgerun.bundle import golden as _golden
 from edgerun.bundle import manifest as _manifest
@@ -47,6 +47,8 @@ from edgerun.errors import (
     ModelFormatError,
 )
 
+#: largest labels file or conversion report read into a bundle
+MAX_SIDE_FILE = 64 << 20
 MANIFEST = "manifest.json"
 MODEL = "model.tflite"
 SIGNATURE = "signature.ed25519"
@@ -76,9 +78,7 @@ def _read_labels(labels) -> list[str] | None:
         return None
     if isinstance(labels, (str, os.PathLike)):
         try:
-            text = Path(labels).read_text(encoding="utf-8")
-        except OSError as e:
-            raise BundleError(f"cannot read labels {str(labels)!r}: {e.strerror}") from None
+            text = read_regular(labels, limit=MAX_SIDE_FILE, what="labels file", error=BundleError).decode("utf-8")
         except UnicodeDecodeError:
             raise BundleError(f"labels file {str(labels)!r} is not UTF-8") from None
         lines = [ln.rstrip("\r\n").rstrip() for ln in text.splitlines()]
@@ -93,8 +93,11 @@ def _read_report(report):
         return None
     if isinstance(report, (str, os.PathLike)):
         try:
-            return _manifest.jsonable(json.loads(Path(report).read_text(encoding="utf-8")))
-        except (OSError, ValueError, RecursionError) as e:
+            text = read_regular(report, limit=MAX_SIDE_FILE, what="conversion report", error=BundleError)
+            return _manifest.jsonable(json.loads(text.decode("utf-8")))
+        except BundleError:
+            raise
+        except (ValueError, RecursionError) as e:
             raise BundleError(f"cannot read conversion report {str(report)!r}: {type(e).__name__}: "
                               f"{str(e)[:100]}") from None
     if hasattr(report, "to_dict"):
@@ -212,10 +215,7 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)
     else:
-        try:
-            data = Path(model).read_bytes()
-        except OSError as e:
-            raise BundleError(f"cannot read model {str(model)!r}: {e.strerror}") from None
+        data = read_regular(model, limit=archive.MAX_BYTES, what="model", error=BundleError)
     check_output(out_path, model, what="bundle")  # refuse before any work, again before writing
     tgt = parse_target(target)
     ir = read_model(data)
@@ -433,6 +433,8 @@ def describe(path, *, trusted_key=None, allow_unsigned: bool = True) -> dict:
 
 def is_bundle(path) -> bool:
     """True when the file starts with the bundle magic bytes (cheap; checks nothing else)."""
+    if not is_regular(path):  # a FIFO or device is never a bundle (and opening one may block)
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(len(archive.MAGIC)) == archive.MAGIC

@@ -135,7 +135,8 @@ def read_file(path, *, max_bytes: int = MAX_BYTES) -> bytes:
     """Read a bundle file, refusing non-regular files and files over ``max_bytes``."""
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY)  # symlinks are followed: a board's `current` link is one
+        # symlinks are followed (a board's `current` link is one); O_NONBLOCK: a FIFO does not block
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise BundleError(f"cannot open bundle {str(p)!r}: {e.strerror}") from None
     try:

@@ -19,7 +19,6 @@ import binascii
 import hashlib
 import os
 import re
-from pathlib import Path
 
 from edgerun.errors import BundleError, BundleIntegrityError
 
@@ -39,14 +38,16 @@ def _pem_body(text: str, label: str) -> bytes | None:
         return None
 
 
+def _read_key_file(path) -> bytes:
+    from edgerun._fs import read_regular
+
+    return read_regular(path, limit=64 << 10, what="key file", error=BundleError)  # PEM keys are ~120 bytes
+
+
 def public_key_bytes(key) -> bytes:
     """A public key from bytes (raw or PEM), a hex string, a path, or a PEM private key: 32 bytes."""
     if isinstance(key, (str, os.PathLike)) and not (isinstance(key, str) and re.fullmatch(r"[0-9a-fA-F]{64}", key)):
-        p = Path(key)
-        try:
-            key = p.read_bytes()
-        except OSError as e:
-            raise BundleError(f"cannot read key file {str(p)!r}: {e.strerror}") from None
+        key = _read_key_file(key)
     if isinstance(key, str):
         return bytes.fromhex(key)
     key = bytes(key)
@@ -67,11 +68,7 @@ def public_key_bytes(key) -> bytes:
 def private_key_bytes(key) -> bytes:
     """The 32-byte Ed25519 seed from a PEM PKCS#8 private key (bytes or path)."""
     if isinstance(key, (str, os.PathLike)):
-        p = Path(key)
-        try:
-            key = p.read_bytes()
-        except OSError as e:
-            raise BundleError(f"cannot read key file {str(p)!r}: {e.strerror}") from None
+        key = _read_key_file(key)
     der = _pem_body(bytes(key).decode("ascii", "replace"), "PRIVATE KEY")
     if der is None or len(der) != 48 or not der.startswith(_PKCS8_PREFIX):
         raise BundleError("not an unencrypted Ed25519 private key in PEM PKCS#8 form "

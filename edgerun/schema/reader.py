@@ -339,6 +339,10 @@ def read_model_file(path) -> Model:
     from pathlib import Path
 
     p = Path(path)
+    import stat as _stat
+
+    if p.exists() and not p.is_dir() and not _stat.S_ISREG(p.stat().st_mode):  # a FIFO would block the open
+        raise ModelFormatError(f"{p}: not a regular file (a device, FIFO or socket)")
     try:
         with open(p, "rb") as f:
             size = p.stat().st_size
