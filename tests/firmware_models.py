@@ -330,6 +330,22 @@ def _more_op_models(rng) -> dict[str, bytes]:
         b.op("BATCH_MATMUL", [x, yv], [z], **adj)
         b.output(z)
         models[name] = b.to_bytes()
+    for name, (ishape, k, stride, pad, oshape, act) in {
+            "transpose_conv_same_s2": ((1, 4, 5, 3), 3, 2, 0, (1, 8, 10, 6), 0),
+            "transpose_conv_valid_s2_relu": ((1, 4, 4, 3), 3, 2, 1, (1, 9, 9, 5), 1),
+            "transpose_conv_same_s1": ((1, 5, 5, 4), 3, 1, 0, (1, 5, 5, 4), 0)}.items():
+        b = ModelBuilder()
+        xq = (0.05, -7)
+        x = b.input("x", ishape, "int8", xq)
+        oc = oshape[3]
+        wt, wq = _weights(rng, (oc, k, k, ishape[3]))
+        bias, bq = _bias(rng, oc, xq[0], wq[0])
+        y = b.tensor("y", oshape, "int8", _q(rng, 0.05, 0.2))
+        b.op("TRANSPOSE_CONV", [_i32(b, "oshape", list(oshape)), b.const("w", wt, "int8", wq), x,
+                                b.const("b", bias, "int32", bq)], [y],
+             padding=pad, stride_w=stride, stride_h=stride, **({"fused_activation_function": act} if act else {}))
+        b.output(y)
+        models[name] = b.to_bytes()
     b = ModelBuilder()
     x = b.input("x", (5, 3, 4), "int8", q)
     y = b.tensor("y", (5, 2, 2, 4), "int8", q)

@@ -159,6 +159,8 @@ def _work(op_name, ins, out, facts, opts):
         return w + oc * f[1] * f[2]
     if op_name == "FULLY_CONNECTED" and f and len(f) == 2:
         return w + oc * f[1]
+    if op_name == "TRANSPOSE_CONV" and f and len(f) == 4:
+        return w + oc * f[1] * f[2] * f[3]
     if op_name == "BATCH_MATMUL" and len(facts[ins[0]][0]) >= 2:
         x = facts[ins[0]][0]
         return w + oc * (x[-2] if opts.get("adj_x") else x[-1])
@@ -215,7 +217,7 @@ def firmware_accepts(model, board: str) -> list[str]:
         if len(ins) > lim["max_op_inputs"] or not 1 <= len(outs) <= lim["max_op_outputs"]:
             reasons.append(f"op {k} ({name}) has {len(ins)} inputs and {len(outs)} outputs")
             continue
-        data = 1 if name == "SPLIT" else 0  # SPLIT's input 0 is the axis
+        data = {"SPLIT": 1, "TRANSPOSE_CONV": 2}.get(name, 0)  # SPLIT: input 0 is the axis; TRANSPOSE_CONV: the shape
         if not ins or ins[0] < 0 or len(ins) <= data or ins[data] < 0:
             reasons.append(f"op {k} ({name}) has no input")
             continue
@@ -250,7 +252,7 @@ def _pool_bytes(m, g, facts) -> int:
     for op in g.operators:
         name, ins, outs = m.op_name(op), list(op.inputs), list(op.outputs)
         channels = facts[outs[0]][0][-1] if outs and facts[outs[0]][0] else 1
-        if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        if name in ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV"):
             pool += 2 * ((4 * channels + 7) & ~7)
         elif name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] >= 0 and facts[ins[1]][0]:
             pool += 8 * facts[ins[1]][0][0]  # one double per unit (requantization in double)

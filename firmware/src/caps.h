@@ -5,7 +5,7 @@
  * `edgerun check|package|flash --target mcu:BOARD` read that JSON.
  *
  * X(code, NAME, types): the TFLite builtin operator code, its schema name, and the accepted
- * "input>output" tensor type pairs (the data input: input 1 for SPLIT, input 0 otherwise) separated by '|' ("same>same": any type, output type equal
+ * "input>output" tensor type pairs (the data input: input 1 for SPLIT, 2 for TRANSPOSE_CONV, input 0 otherwise) separated by '|' ("same>same": any type, output type equal
  * to the input's). er_kernel_prepare refuses every op missing here and every type pair not
  * listed for it, before the op's own shape checks. */
 #ifndef ER_CAPS_H
@@ -58,7 +58,8 @@
     X(47, EXP, "int8>int8")                              \
     X(79, ARG_MIN, "int8>int32|int8>int64")              \
     X(101, ABS, "int8>int8")                             \
-    X(126, BATCH_MATMUL, "int8>int8")
+    X(126, BATCH_MATMUL, "int8>int8")                    \
+    X(67, TRANSPOSE_CONV, "int8>int8")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

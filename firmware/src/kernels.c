@@ -851,6 +851,67 @@ static void eval_batch_matmul(er_model *m, er_node *n) {
     }
 }
 
+
+/* TRANSPOSE_CONV (reference_ops::TransposeConv, int8 per-channel): inputs output_shape, OHWI
+ * weights, input, optional bias. out[oy, ox, oc] gathers every (iy, ix, ky, kx) with
+ * oy = iy * sh - pad_h + ky (and likewise x); the padding is the one of a convolution from the
+ * output to the input. Requantized per channel as CONV_2D. */
+static int prep_transpose_conv(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *os = tin(m, n, 0), *f = tin(m, n, 1), *in = tin(m, n, 2), *b = tin(m, n, 3), *out = tout(m, n);
+    int32_t shp[4];
+    uint32_t ns;
+    if (!is_i8(in) || !is_i8(f) || !is_i8(out)) UNSUP("only int8 input, filter and output are supported");
+    if (!const_ints(os, shp, 4, &ns) || ns != 4) FAIL("output_shape must be a constant int32[4]");
+    if (in->ndim != 4 || f->ndim != 4 || out->ndim != 4 || !f->is_const) FAIL("4-D tensors and a constant filter");
+    for (int d = 0; d < 4; d++) if (shp[d] != out->dims[d]) FAIL("output_shape differs from the output tensor");
+    const int32_t oc = out->dims[3];
+    if (f->dims[0] != oc || f->dims[3] != in->dims[3] || out->dims[0] != in->dims[0]) FAIL("filter shape does not match");
+    if (f->scales.n != 1 && f->scales.n != (uint32_t)oc) FAIL("filter has %u scales", (unsigned)f->scales.n);
+    if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)oc)) FAIL("bias must be int32[%d]", (int)oc);
+    if (n->stride_w < 1 || n->stride_h < 1 || n->stride_w > 65535 || n->stride_h > 65535 || n->padding > 1) FAIL("bad stride/padding");
+    const int32_t fh = f->dims[1], fw = f->dims[2];
+    if (out_size(n->padding, out->dims[1], fh, n->stride_h, 1) != in->dims[1] ||
+        out_size(n->padding, out->dims[2], fw, n->stride_w, 1) != in->dims[2])
+        FAIL("input does not match the output with this padding and stride");
+    n->pad_h = pad_amount(out->dims[1], fh, n->stride_h, 1, in->dims[1]);
+    n->pad_w = pad_amount(out->dims[2], fw, n->stride_w, 1, in->dims[2]);
+    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (!per_channel(m, n, in, f, out, oc)) FAIL("out of prepare memory");
+    return ER_OK;
+}
+
+static void eval_transpose_conv(er_model *m, er_node *n) {
+    er_tensor *f = tin(m, n, 1), *in = tin(m, n, 2), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 2), *w = (const int8_t *)f->cdata;
+    const uint8_t *bias = tin(m, n, 3) ? tin(m, n, 3)->cdata : NULL;
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    const int32_t OH = out->dims[1], OW = out->dims[2], OC = out->dims[3], FH = f->dims[1], FW = f->dims[2];
+    const int32_t sh = n->stride_h, sw = n->stride_w, in_off = -in->zp;
+    for (int32_t bt = 0; bt < B; bt++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++)
+                for (int32_t oc = 0; oc < OC; oc++) {
+                    int32_t acc = 0;
+                    for (int32_t ky = 0; ky < FH; ky++) {
+                        const int32_t ty = oy + n->pad_h - ky;
+                        if (ty < 0 || ty % sh) continue;
+                        const int32_t iy = ty / sh;
+                        if (iy >= H) continue;
+                        for (int32_t kx = 0; kx < FW; kx++) {
+                            const int32_t tx = ox + n->pad_w - kx;
+                            if (tx < 0 || tx % sw) continue;
+                            const int32_t ix = tx / sw;
+                            if (ix >= W) continue;
+                            acc = dot_i8(w + ((oc * FH + ky) * FW + kx) * C, x + ((bt * H + iy) * W + ix) * C, C, in_off, acc);
+                        }
+                    }
+                    if (bias) acc = wadd(acc, ld_i32(bias + 4 * oc));
+                    acc = wadd(er_mbqm(acc, n->pc_mult[oc], n->pc_shift[oc]), out->zp);
+                    y[((bt * OH + oy) * OW + ox) * OC + oc] = (int8_t)clampi(acc, n->act_min, n->act_max);
+                }
+}
+
 static const char *type_name(uint8_t t) {
     switch (t) {
         case ER_TYPE_FLOAT32: return "float32";
@@ -891,7 +952,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         UNSUP("unsupported op %s (builtin code %u); this firmware runs:" ER_OP_TABLE(ER_OP_NAME_LIST),
               er_op_name(n->op), (unsigned)n->op);
     if (n->n_in == 0 || n->in[0] < 0) FAIL("missing input");
-    const int data = n->op == 49 ? 1 : 0; /* SPLIT: input 0 is the axis */
+    const int data = n->op == 49 ? 1 : (n->op == 67 ? 2 : 0); /* SPLIT: input 0 is the axis; TRANSPOSE_CONV: the shape */
     if (!tin(m, n, data)) FAIL("missing input");
     if (!types_allowed(types, tin(m, n, data), tout(m, n)))
         UNSUP("%s takes %s (input>output types), not %s>%s", er_op_name(n->op), types,
@@ -905,6 +966,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         case 28: case 47: case 98: case 101: case 117: return prep_lut(m, n, err, errlen);
         case 20: return prep_relu(m, n, err, errlen);
         case 126: return prep_batch_matmul(m, n, err, errlen);
+        case 67: return prep_transpose_conv(m, n, err, errlen);
         case 54: return prep_prelu(m, n, err, errlen);
         case 39: return prep_transpose(m, n, err, errlen);
         case 45: case 65: return prep_slice(m, n, err, errlen);
@@ -941,6 +1003,7 @@ uint64_t er_kernel_work(er_model *m, er_node *n) {
         case 4: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2];
         case 9: return w + (uint64_t)out->count * (uint64_t)f->dims[1];
         case 126: return w + (uint64_t)out->count * (uint64_t)(n->flag1 ? in->dims[in->ndim - 2] : in->dims[in->ndim - 1]);
+        case 67: return w + (uint64_t)out->count * (uint64_t)f->dims[1] * (uint64_t)f->dims[2] * (uint64_t)f->dims[3];
         case 1: case 17: {
             uint64_t fh = (uint64_t)(n->filter_h < in->dims[1] ? n->filter_h : in->dims[1]);
             uint64_t fw = (uint64_t)(n->filter_w < in->dims[2] ? n->filter_w : in->dims[2]);
@@ -1425,6 +1488,7 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 82: eval_reduce_max(m, n); return 0;
         case 56: case 79: eval_arg_max(m, n); return 0;
         case 126: eval_batch_matmul(m, n); return 0;
+        case 67: eval_transpose_conv(m, n); return 0;
         case 36: return eval_gather(m, n);
         case 100: eval_mirror_pad(m, n); return 0;
         case 49: case 83: case 88: case 102: eval_pieces(m, n); return 0;

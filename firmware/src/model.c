@@ -178,6 +178,10 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
         case 5: case 26: n->alpha_i = fb_i32(opt, 0, 0); break;         /* DEPTH_TO_SPACE, SPACE_TO_DEPTH */
         case 36: n->axis = fb_i32(opt, 0, 0); n->alpha_i = fb_i32(opt, 1, 0); break; /* GATHER: axis, batch_dims */
         case 56: case 79: n->alpha_i = fb_u8(opt, 0, 4); break;         /* ARG_MAX, ARG_MIN: output type */
+        case 67: /* TRANSPOSE_CONV */
+            n->padding = fb_u8(opt, 0, 0); n->stride_w = fb_i32(opt, 1, 0); n->stride_h = fb_i32(opt, 2, 0);
+            n->act = fb_u8(opt, 3, 0);
+            break;
         case 126: n->flag1 = fb_u8(opt, 0, 0); n->flag2 = fb_u8(opt, 1, 0); break; /* BATCH_MATMUL: adj_x, adj_y */
         case 49: case 102: n->alpha_i = fb_i32(opt, 0, 0); break;       /* SPLIT, SPLIT_V: num_splits */
         case 83: case 88: n->alpha_i = fb_i32(opt, 0, 0); n->axis = fb_i32(opt, 1, 0); break; /* PACK, UNPACK */
