@@ -291,6 +291,11 @@ def _more_op_models(rng) -> dict[str, bytes]:
                              ("resize_nn_down", (2, 3), {})):
         unary(name, "RESIZE_NEAREST_NEIGHBOR", (1, 4, 5, 3), q, q,
               extra=(lambda b, v=size: _i32(b, "size", list(v)),), out_shape=(1, *size, 3), **opts)
+    for name, size, opts in (("resize_bl_up", (7, 10), {}), ("resize_bl_align", (7, 10), {"align_corners": True}),
+                             ("resize_bl_half", (9, 3), {"half_pixel_centers": True}),
+                             ("resize_bl_down", (2, 3), {})):
+        unary(name, "RESIZE_BILINEAR", (1, 4, 5, 3), q, q,
+              extra=(lambda b, v=size: _i32(b, "size", list(v)),), out_shape=(1, *size, 3), **opts)
     unary("reduce_max_hw", "REDUCE_MAX", (1, 5, 6, 4), q, q, extra=(lambda b: _i32(b, "axes", [1, 2]),),
           out_shape=(1, 1, 1, 4), keep_dims=True)
     unary("reduce_max_c", "REDUCE_MAX", (2, 5, 6), q, q, extra=(lambda b: _i32(b, "axes", [-1]),),

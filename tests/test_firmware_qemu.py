@@ -83,7 +83,7 @@ def test_op_models_bit_exact_on_cortex_m4(board):
              "squared_difference_act0_b4", "ss_negative_stride", "resize_nn_align", "resize_nn_half",
              "split_v", "pack_unpack", "arg_max_int64", "gather_axis1", "mirror_pad_reflect", "exp",
              "abs_rescale", "relu_n1_to_1", "arg_min", "batch_matmul_bcast_adj", "batch_matmul_const_rhs",
-             "transpose_conv_same_s2", "transpose_conv_valid_s2_relu"]
+             "transpose_conv_same_s2", "transpose_conv_valid_s2_relu", "resize_bl_half", "resize_bl_align"]
     with SerialLink(url) as link:
         link.hello()
         for name in names:

@@ -59,7 +59,8 @@
     X(79, ARG_MIN, "int8>int32|int8>int64")              \
     X(101, ABS, "int8>int8")                             \
     X(126, BATCH_MATMUL, "int8>int8")                    \
-    X(67, TRANSPOSE_CONV, "int8>int8")
+    X(67, TRANSPOSE_CONV, "int8>int8")                   \
+    X(23, RESIZE_BILINEAR, "int8>int8")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

@@ -912,6 +912,45 @@ static void eval_transpose_conv(er_model *m, er_node *n) {
                 }
 }
 
+
+/* RESIZE_BILINEAR, int8 (reference_ops::ResizeBilinearInteger): Q10 source coordinates, the four
+ * neighbours weighted in Q20, rounded half away from zero. */
+static void bl_coord(int32_t v, int32_t in_size, int32_t out_size, int align, int half, int32_t *lo, int32_t *hi,
+                     int32_t *frac) {
+    int32_t scale = ((1 << 10) * in_size + out_size / 2) / out_size;
+    if (align && out_size > 1) scale = ((1 << 10) * (in_size - 1) + (out_size - 1) / 2) / (out_size - 1);
+    const int32_t sv = half ? v * scale + scale / 2 - (1 << 9) : v * scale;
+    *lo = sv / (1 << 10) > 0 ? sv / (1 << 10) : 0;
+    const int32_t up = (sv + (1 << 10) - 1) / (1 << 10);
+    *hi = up < in_size - 1 ? up : in_size - 1;
+    *frac = sv - (*lo << 10);
+}
+
+static void eval_resize_bilinear(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], OH = out->dims[1], OW = out->dims[2];
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++) {
+            int32_t y0, y1, fy;
+            bl_coord(oy, H, OH, n->flag1, n->flag2, &y0, &y1, &fy);
+            for (int32_t ox = 0; ox < OW; ox++) {
+                int32_t x0, x1, fx;
+                bl_coord(ox, W, OW, n->flag1, n->flag2, &x0, &x1, &fx);
+                const int8_t *p00 = x + (((size_t)b * H + y0) * W + x0) * C, *p10 = x + (((size_t)b * H + y1) * W + x0) * C;
+                const int8_t *p01 = x + (((size_t)b * H + y0) * W + x1) * C, *p11 = x + (((size_t)b * H + y1) * W + x1) * C;
+                int8_t *q = y + (((size_t)b * OH + oy) * OW + ox) * C;
+                for (int32_t c = 0; c < C; c++) {
+                    const int64_t acc = (int64_t)p00[c] * ((1 << 10) - fy) * ((1 << 10) - fx) + (int64_t)p10[c] * fy * ((1 << 10) - fx) +
+                                        (int64_t)p01[c] * ((1 << 10) - fy) * fx + (int64_t)p11[c] * fy * fx;
+                    const int64_t r = acc > 0 ? (acc + (1 << 19)) / (1 << 20) : (acc - (1 << 19)) / (1 << 20);
+                    q[c] = (int8_t)(r > 127 ? 127 : (r < -128 ? -128 : r));
+                }
+            }
+        }
+}
+
 static const char *type_name(uint8_t t) {
     switch (t) {
         case ER_TYPE_FLOAT32: return "float32";
@@ -971,7 +1010,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         case 39: return prep_transpose(m, n, err, errlen);
         case 45: case 65: return prep_slice(m, n, err, errlen);
         case 5: case 26: return prep_space_depth(m, n, err, errlen);
-        case 97: return prep_resize_nn(m, n, err, errlen);
+        case 97: case 23: return prep_resize_nn(m, n, err, errlen);
         case 82: return prep_reduce_max(m, n, err, errlen);
         case 56: case 79: return prep_arg_max(m, n, err, errlen);
         case 36: return prep_gather(m, n, err, errlen);
@@ -1485,6 +1524,7 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 54: eval_prelu(m, n); return 0;
         case 39: case 45: case 65: case 5: case 26: eval_view(m, n); return 0;
         case 97: eval_resize_nn(m, n); return 0;
+        case 23: eval_resize_bilinear(m, n); return 0;
         case 82: eval_reduce_max(m, n); return 0;
         case 56: case 79: eval_arg_max(m, n); return 0;
         case 126: eval_batch_matmul(m, n); return 0;
