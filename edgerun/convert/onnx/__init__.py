@@ -13,3 +13,4 @@ from edgerun.convert.onnx import (activation, conv, elementwise, matmul, norm, p
 from edgerun.convert.onnx.load import (fold_constant_dequantize, load_onnx, parse_input_shapes,  # noqa: F401
                                        pin_shapes, probe, session, with_fixed_inputs)
 from edgerun.convert.onnx.lowering import LOWERINGS, onnx_to_graph  # noqa: F401
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.convert.onnx.lowering import _fuse_activation, _ident, _perm_shape, _unary, lowers, scalar, tmp
+from edgerun.convert.onnx.lowering import _fuse_activation, _perm_shape, _unary, lowers, scalar, tmp
 from edgerun.convert.onnx.shape import _identity
 from edgerun.schema.tflite import Activation
 
@@ -17,11 +17,8 @@ def _relu(L, n):
 
 @lowers("Clip")
 def _clip(L, n):
-    if L.opset < 11:
-        lo, hi = L.attr(n, "min", -np.inf), L.attr(n, "max", np.inf)
-    else:
-        lo = float(L.cval(n.input[1], "min")) if len(n.input) > 1 and n.input[1] else -np.inf
-        hi = float(L.cval(n.input[2], "max")) if len(n.input) > 2 and n.input[2] else np.inf
+    lo = float(L.cval(n.input[1], "min")) if len(n.input) > 1 and n.input[1] else -np.inf
+    hi = float(L.cval(n.input[2], "max")) if len(n.input) > 2 and n.input[2] else np.inf
     table = {(0.0, 6.0): ("RELU6", Activation.RELU6), (-1.0, 1.0): (None, Activation.RELU_N1_TO_1),
              (0.0, np.inf): ("RELU", Activation.RELU)}
     if (lo, hi) in table:
@@ -213,21 +210,9 @@ def _prelu(L, n):
 def _softmax(L, n):
     v = L.val(n.input[0])
     r = v.rank
-    axis = L.attr(n, "axis", 1 if L.opset < 13 else -1) % r
+    axis = L.attr(n, "axis", -1) % r  # opset 13: one axis (older 2-D coercion is rewritten by the upgrade)
     op = "SOFTMAX" if n.op_type == "Softmax" else "LOG_SOFTMAX"
     opts = {"beta": 1.0} if op == "SOFTMAX" else {}
-    if L.opset < 13 and axis != r - 1 and int(np.prod(v.shape[axis + 1:])) != 1:
-        # opset < 13 coerces to 2-D at ``axis``
-        flat = (int(np.prod(v.shape[:axis])), int(np.prod(v.shape[axis:])))
-        x = L.get(n.input[0], _ident(r))
-        t = L.g.tensor(n.output[0] + "_2d", flat)
-        L.emit("RESHAPE", [x, L.g.const(n.output[0] + "_s2", np.array(flat, np.int32))], [t], new_shape=list(flat))
-        t2 = L.g.tensor(n.output[0] + "_sm", flat)
-        L.emit(op, [t], [t2], **opts)
-        out = L.new_out(n.output[0], _ident(r))
-        shp = L.g.tensors[out].shape
-        L.emit("RESHAPE", [t2, L.g.const(n.output[0] + "_s", np.array(shp, np.int32))], [out], new_shape=list(shp))
-        return
     perm = v.perm if v.perm[-1] == axis else tuple(p for p in v.perm if p != axis) + (axis,)
     x = L.get(n.input[0], perm)
     L.emit(op, [x], [L.new_out(n.output[0], perm)], **opts)

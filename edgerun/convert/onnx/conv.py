@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.schema.tflite import Padding
 from edgerun.convert.onnx.lowering import NHWC, Value, _perm_shape, lowers
+from edgerun.schema.tflite import Padding
+
 
 # -- convolution and friends -----------------------------------------------------------------
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.schema.tflite import Activation
 from edgerun.convert.onnx.lowering import (Value, _channel_const, _fold_affine_into_producer, _fuse_activation,
                                            _layout_for, _operand, _perm_shape, _unary, lowers, scalar)
 from edgerun.convert.onnx.shape import _identity
+from edgerun.schema.tflite import Activation
+
 
 @lowers("QuantizeLinear", "DequantizeLinear")
 def _fake_quant(L, n):

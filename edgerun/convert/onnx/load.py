@@ -7,6 +7,7 @@ import numpy as np
 
 from edgerun.errors import ConversionError
 
+
 #: the opset every lowering is written against: older models are upgraded to it in memory
 TARGET_OPSET = 13
 #: newest default-domain opset accepted as it is

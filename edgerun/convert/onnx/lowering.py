@@ -33,6 +33,7 @@ from edgerun.convert.graph import FUSABLE, Graph
 from edgerun.convert.onnx.load import default_opset, pin_shapes, probe, upgrade
 from edgerun.errors import ConversionError, UnsupportedOpError
 
+
 NHWC = {3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}
 
 

@@ -6,6 +6,7 @@ import numpy as np
 
 from edgerun.convert.onnx.lowering import Value, _ident, _operand, lowers, scalar, tmp
 
+
 def _fully_connected(L, n, a_name, w_oi, bias, out):
     v = L.val(a_name)
     if a_name in L.colperm:

@@ -7,6 +7,7 @@ import numpy as np
 from edgerun.convert.onnx.lowering import (NHWC, Value, _fold_affine_into_producer, _ident, _operand, _perm_shape,
                                            lowers, scalar, tmp)
 
+
 @lowers("BatchNormalization")
 def _batchnorm(L, n):
     v = L.val(n.input[0])

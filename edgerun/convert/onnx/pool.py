@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.schema.tflite import Padding
 from edgerun.convert.onnx.conv import _explicit_pad, _pads, _spatial_4d, _tflite_padding, _via_2d
 from edgerun.convert.onnx.lowering import NHWC, Value, _perm_shape, lowers
+from edgerun.schema.tflite import Padding
+
 
 def _window_counts(size, k, s, d, pb, pe_user, out, include_pad):
     """Per output position along one axis: how many window taps ONNX averages over."""

@@ -7,6 +7,7 @@ import numpy as np
 from edgerun.convert.onnx.lowering import lowers
 from edgerun.convert.onnx.shape import _identity
 
+
 @lowers("ReduceMean", "ReduceMax", "ReduceSum", "ReduceMin")
 def _reduce(L, n):
     v = L.val(n.input[0])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.schema.tflite import MirrorPadMode
 from edgerun.convert.onnx.conv import _spatial_4d
 from edgerun.convert.onnx.lowering import (NHWC, Value, _ident, _layout_for, _operand, _perm_shape, _same_memory,
                                            lowers)
+from edgerun.schema.tflite import MirrorPadMode
+
 
 @lowers("Identity", "Dropout")
 def _identity(L, n):
@@ -94,15 +95,10 @@ def _concat(L, n):
 def _slice(L, n):
     v = L.val(n.input[0])
     r = v.rank
-    if L.opset < 10:
-        starts, ends = L.attr(n, "starts"), L.attr(n, "ends")
-        axes = L.attr(n, "axes", list(range(len(starts))))
-        steps = [1] * len(starts)
-    else:
-        starts = L.cval(n.input[1], "starts").tolist()
-        ends = L.cval(n.input[2], "ends").tolist()
-        axes = L.cval(n.input[3], "axes").tolist() if len(n.input) > 3 and n.input[3] else list(range(len(starts)))
-        steps = L.cval(n.input[4], "steps").tolist() if len(n.input) > 4 and n.input[4] else [1] * len(starts)
+    starts = L.cval(n.input[1], "starts").tolist()
+    ends = L.cval(n.input[2], "ends").tolist()
+    axes = L.cval(n.input[3], "axes").tolist() if len(n.input) > 3 and n.input[3] else list(range(len(starts)))
+    steps = L.cval(n.input[4], "steps").tolist() if len(n.input) > 4 and n.input[4] else [1] * len(starts)
     begin, end, stride = [0] * r, list(v.shape), [1] * r
     end_mask = 0
     for s, e, a, st in zip(starts, ends, axes, steps):
@@ -144,14 +140,10 @@ def _pad(L, n):
     r = v.rank
     mode = L.attr(n, "mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if L.opset < 11:
-        pads, value = list(L.attr(n, "pads")), float(L.attr(n, "value", 0.0))
-        axes = list(range(r))
-    else:
-        pads = L.cval(n.input[1], "pads").tolist()
-        value = float(np.asarray(L.cval(n.input[2], "constant_value")).reshape(-1)[0]) \
-            if len(n.input) > 2 and n.input[2] else 0.0
-        axes = L.cval(n.input[3], "axes").tolist() if len(n.input) > 3 and n.input[3] else list(range(r))
+    pads = L.cval(n.input[1], "pads").tolist()
+    value = float(np.asarray(L.cval(n.input[2], "constant_value")).reshape(-1)[0]) \
+        if len(n.input) > 2 and n.input[2] else 0.0
+    axes = L.cval(n.input[3], "axes").tolist() if len(n.input) > 3 and n.input[3] else list(range(r))
     k = len(axes)
     full = [[0, 0] for _ in range(r)]
     for i, a in enumerate(axes):
@@ -198,7 +190,7 @@ def _resize(L, n):
         raise L.unsupported("Resize of the batch or channel axis")
     mode = L.attr(n, "mode", b"nearest")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if n.op_type == "Upsample" or L.opset < 11:
+    if n.op_type == "Upsample":
         ctm, nearest = "asymmetric", "floor"
     else:
         ctm = L.attr(n, "coordinate_transformation_mode", b"half_pixel")
