@@ -101,7 +101,11 @@ class ImageFolderSource(CalibrationSource):
     def __init__(self, files: list[Path], spec: dict, shape: tuple):
         from edgerun.preprocess import validate_spec
         self.files, self.spec, self.shape = files, validate_spec(spec or {}), shape
-        self.description = f"{len(files)} images from {files[0].parent if files else '?'}"
+        self.root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path("?")
+        subs = {f.parent for f in files} - {self.root}
+        self.description = (f"{len(files)} images from {self.root}"
+                            + (f" ({len({f.relative_to(self.root).parts[0] for f in files if f.parent != self.root})} "
+                               "subfolders)" if subs else ""))
 
     def __len__(self):
         return len(self.files)
@@ -116,7 +120,7 @@ class ImageFolderSource(CalibrationSource):
         import json
         h = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode())
         for f in self.files:
-            h.update(f.name.encode())
+            h.update("/".join(f.relative_to(self.root).parts).encode())
             h.update(hashlib.sha256(f.read_bytes()).digest())
         return h.hexdigest()
 
@@ -184,9 +188,10 @@ def open_source(calib, inputs: list[tuple[str, tuple, tuple]], *, preprocessing:
     if not path.exists():
         raise ConversionError(f"calibration data '{path}' does not exist")
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        files = image_files(path)
         if not files:
-            raise ConversionError(f"calibration folder '{path}' holds no images ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            raise ConversionError(f"calibration folder '{path}' holds no images, in it or in its subfolders "
+                                  f"({', '.join(sorted(IMAGE_SUFFIXES))})")
         if len(inputs) != 1 or len(inputs[0][1]) != 4:
             raise ConversionError("a folder of images calibrates a model with one 4-D image input; this model's "
                                   f"inputs are {[list(s) for _, s, _ in inputs]}")
@@ -205,6 +210,20 @@ def open_source(calib, inputs: list[tuple[str, tuple, tuple]], *, preprocessing:
         arrs = [_fit_array(a, n, s, p, path.name) for a, (n, s, p) in zip(picked, inputs)]
         return _nonempty(ArraySource(arrs, f"{len(arrs[0])} samples from {path.name}"))
     raise ConversionError(f"calibration data '{path}': use a .npy or .npz file, a folder of images, or 'random'")
+
+
+def image_files(folder: Path) -> list[Path]:
+    """Every image under ``folder``, subfolders included (class folders such as ``cat/``, ``dog/``),
+    in sorted relative-path order; hidden files and folders (``.git``, ``.DS_Store``) are skipped,
+    as are special files (a FIFO would block) and symlinked folders (no cycles)."""
+    out = []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for n in names:
+            p = Path(root) / n
+            if not n.startswith(".") and p.suffix.lower() in IMAGE_SUFFIXES and p.is_file():
+                out.append(p)
+    return sorted(out, key=lambda p: p.relative_to(folder).parts)
 
 
 def _nonempty(src):

@@ -156,11 +156,17 @@ def open_calibration(calib, inputs, preprocessing, float_only: bool, warnings: l
     return source
 
 
-def split_samples(n: int, holdout: float, max_eval: int) -> tuple[list[int], list[int], int]:
-    """(calibration indices, evaluation indices, held-back count) for ``n`` samples."""
+#: the evaluation hold-out is drawn at random with this seed (reported), not the last files
+HOLDOUT_SEED = 0
+
+
+def split_samples(n: int, holdout: float, max_eval: int, seed: int = HOLDOUT_SEED) -> tuple[list[int], list[int], int]:
+    """(calibration indices, evaluation indices, held-back count) for ``n`` samples; the held-back
+    samples are a seeded random draw (sorted folders put one class last)."""
     n_hold = 0 if n < 2 else max(1, min(int(round(n * holdout)), max_eval))
-    calib_idx = list(range(n - n_hold)) if n else []
-    eval_idx = list(range(n - n_hold, n)) if n_hold else calib_idx[:max_eval]
+    held = set(np.random.default_rng(seed).permutation(n)[:n_hold].tolist()) if n_hold else set()
+    calib_idx = [i for i in range(n) if i not in held]
+    eval_idx = sorted(held) if n_hold else calib_idx[:max_eval]
     return calib_idx, eval_idx, n_hold
 
 
@@ -524,7 +530,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     calib_idx, eval_idx, n_hold = split_samples(n, holdout, max_eval)
     if source is not None:
         rep.calibration = {"description": source.description, "samples": n, "used": len(calib_idx),
-                           "heldout": n_hold, "random": source.random}
+                           "heldout": n_hold, "holdout_seed": HOLDOUT_SEED, "random": source.random}
         if n_hold == 0:
             warnings.append("only one calibration sample: the report evaluates on the sample used for calibration")
         check_samples(source, sorted(set(calib_idx) | set(eval_idx)), [nm for nm, _, _ in inputs])

@@ -83,7 +83,9 @@ class ConversionReport:
         if self.calibration:
             c = self.calibration
             lines.append(f"calibration: {c.get('description')}; {c.get('used')} used, {c.get('heldout')} held back"
-                         f" for evaluation; method {self.calib_method}"
+                         + (f" (drawn at random, seed {c['holdout_seed']})" if c.get("holdout_seed") is not None
+                            and c.get("heldout") else "")
+                         + f" for evaluation; method {self.calib_method}"
                          + (" (cached ranges)" if c.get("cached") else ""))
         if self.outputs:
             ref = "ONNX Runtime" if self.source.endswith(".onnx") else "LiteRT"
