@@ -85,3 +85,26 @@ def _matmul(L, n):
         _fully_connected(L, n, n.input[0], B.T, None, n.output[0])
         return
     _matmul_general(L, n)
+
+
+@lowers("Einsum")
+def _einsum(L, n):
+    """Matrix-product einsums: ``...ij,...jk->...ik`` with either operand transposed
+    (``...ji`` / ``...kj``) and the same batch letters on both sides, as BATCH_MATMUL."""
+    eq = L.attr(n, "equation")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2 or "." in eq or not out:
+        raise L.unsupported(f"Einsum '{eq}' (only two-operand matrix products with an explicit output)")
+    a, b = terms
+    if len(a) < 2 or len(b) < 2 or a[:-2] != b[:-2] or out[:-2] != a[:-2]:
+        raise L.unsupported(f"Einsum '{eq}' is not a batched matrix product")
+    i, k = out[-2], out[-1]
+    shared = set(a[-2:]) & set(b[-2:])
+    if len(shared) != 1:
+        raise L.unsupported(f"Einsum '{eq}' is not a batched matrix product")
+    j = shared.pop()
+    if {a[-2], a[-1]} != {i, j} or {b[-2], b[-1]} != {j, k}:
+        raise L.unsupported(f"Einsum '{eq}' is not a batched matrix product")
+    _matmul_general(L, n, ta=int(a[-2] == j), tb=int(b[-1] == j))
