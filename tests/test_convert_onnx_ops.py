@@ -213,3 +213,70 @@ def test_opset_1_style_model_is_upgraded():
     want = np.where(x >= 0, x, x * np.array([0.1, 0.2, 0.3], np.float32).reshape(1, 3, 1, 1))
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert onnx.checker.check_model(up) is None
+
+
+def _rnn_model(op, direction, seq=4, batch=2, inp=3, H=5, with_init=False, lbr=0):
+    gates = 4 if op == "LSTM" else 3
+    dirs = 2 if direction == "bidirectional" else 1
+    inits = [nh.from_array(_x(dirs, gates * H, inp) * 0.5, "W"), nh.from_array(_x(dirs, gates * H, H) * 0.5, "R"),
+             nh.from_array(_x(dirs, 2 * gates * H) * 0.3, "B")]
+    ins = ["x", "W", "R", "B", ""]
+    inputs = [("x", F, [seq, batch, inp])]
+    if with_init:
+        ins.append("h0")
+        inputs.append(("h0", F, [dirs, batch, H]))
+        if op == "LSTM":
+            ins.append("c0")
+            inits.append(nh.from_array(_x(dirs, batch, H), "c0"))
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    attrs = {"hidden_size": H, "direction": direction}
+    if op == "GRU":
+        attrs["linear_before_reset"] = lbr
+    m = _model([h.make_node(op, ins, outs, **attrs)], inputs, [(o, F) for o in outs], inits)
+    feeds = {"x": _x(seq, batch, inp)}
+    if with_init:
+        feeds["h0"] = _x(dirs, batch, H)
+    return m, feeds
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("with_init", [False, True])
+def test_lstm_unrolled(direction, with_init):
+    m, feeds = _rnn_model("LSTM", direction, with_init=with_init)
+    ops = _check(m, feeds)
+    assert "FULLY_CONNECTED" in ops and "LSTM" not in ops
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_unrolled(direction, lbr):
+    m, feeds = _rnn_model("GRU", direction, lbr=lbr, with_init=True)
+    _check(m, feeds)
+
+
+def test_lstm_peepholes_refused():
+    m, _ = _rnn_model("LSTM", "forward")
+    node = m.graph.node[0]
+    while len(node.input) < 8:
+        node.input.append("")
+    node.input[7] = "P"
+    m.graph.initializer.append(nh.from_array(_x(1, 15), "P"))
+    with pytest.raises(EdgerunError, match="peephole"):
+        onnx_to_graph(m, {"x": (4, 2, 3)}, "NCHW")
+
+
+@pytest.mark.slow
+def test_unrolled_lstm_quantizes_bit_identically(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGERUN_CACHE_DIR", str(tmp_path / "cache"))
+    from edgerun.convert import convert
+    from edgerun.runtime.interpreter import Interpreter
+    from edgerun.testing import random_inputs
+    m, _ = _rnn_model("LSTM", "bidirectional", seq=3)
+    src = tmp_path / "lstm.onnx"
+    onnx.save(m, str(src))
+    out = tmp_path / "lstm_int8.tflite"
+    convert(str(src), str(out), calib="random", input_layout="NCHW")
+    q = out.read_bytes()
+    xs = random_inputs(Interpreter(model_content=q).get_input_details(), 4)
+    for a, b in zip(run_litert(q, xs), run_edgerun(q, xs)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

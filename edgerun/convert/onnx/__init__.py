@@ -8,7 +8,7 @@
 """
 
 from edgerun.convert.onnx import lowering  # noqa: F401  (first: the families import from it)
-from edgerun.convert.onnx import (activation, conv, elementwise, matmul, norm, pool, reduce,  # noqa: F401
+from edgerun.convert.onnx import (activation, conv, elementwise, matmul, norm, pool, reduce, rnn,  # noqa: F401
                                   shape)
 from edgerun.convert.onnx.load import (fold_constant_dequantize, load_onnx, parse_input_shapes,  # noqa: F401
                                        pin_shapes, probe, session, with_fixed_inputs)
