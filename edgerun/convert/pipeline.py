@@ -353,7 +353,7 @@ def validate_in_litert(model: bytes, timeout: float = 120.0) -> str:
     LiteRT aborts the whole process on some invalid models (a requantization multiplier out of
     range in ``allocate_tensors``); in a child the abort becomes a :class:`ConversionError` with
     LiteRT's last message. The child allocates under the reference kernels and allocates and
-    invokes (zero inputs) under the optimized kernels.
+    invokes (zero inputs) under the optimized kernels, without and with XNNPACK.
     """
     import sys
 
@@ -403,11 +403,12 @@ def _litert_smoke(model: bytes) -> None:
     lr.QUIET_NATIVE_LOGS = False  # keep LiteRT's own message: it is the error we report
     ref = lr.make_interpreter(model, reference=True)
     ref.allocate_tensors()
-    it = lr.make_interpreter(model, xnnpack=False)
-    it.allocate_tensors()
-    for d in it.get_input_details():
-        it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
-    it.invoke()
+    for xnnpack in (False, True):  # LiteRT's own kernels, then with XNNPACK (as inspect and a Pi run it)
+        it = lr.make_interpreter(model, xnnpack=xnnpack)
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+        it.invoke()
 
 
 def _verdict(status: int, text: str) -> str:
