@@ -408,7 +408,7 @@ def test_small_cnn_int8_and_float():
 
 # --- what the kernels refuse, by name --------------------------------------------------------
 
-def test_hybrid_and_dynamic_shapes_are_refused():
+def test_hybrid_runs_and_dynamic_shapes_are_refused():
     from edgerun.errors import UnsupportedOpError
     from edgerun.runtime.interpreter import Interpreter
 
@@ -419,8 +419,9 @@ def test_hybrid_and_dynamic_shapes_are_refused():
     y = b.tensor("y", (1, 4, 4, 3), "float32")
     b.op("CONV_2D", [x, w, bias], [y], padding=SAME, stride_h=1, stride_w=1)
     b.output(y)
-    with pytest.raises(UnsupportedOpError, match="hybrid"):
-        Interpreter(model_content=b.to_bytes()).allocate_tensors()
+    # hybrid (float input, int8 weights) runs since edgerun/ops/hybrid.py (tests/test_ops_hybrid.py)
+    xin = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 4, 4, 2)
+    assert np.array_equal(run_edgerun(b.to_bytes(), [xin])[0], run_litert(b.to_bytes(), [xin])[0])
 
     b = ModelBuilder()
     shape = b.input("shape", (4,), "int32")
