@@ -24,12 +24,12 @@ def _check_header(f, what: str, available: int | None) -> tuple[tuple, np.dtype]
     try:
         version = fmt.read_magic(f)
         if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            shape, _, dtype = fmt.read_array_header_1_0(f)
         elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            shape, _, dtype = fmt.read_array_header_2_0(f)
         else:
             raise ValueError(f"unknown .npy version {version}")
-    except Exception as e:  # numpy raises ValueError, SyntaxError, EOFError, ... on broken headers
+    except Exception as e:  # noqa: BLE001 - numpy raises ValueError, SyntaxError, EOFError, ... on broken headers
         raise InputMismatchError(f"{what} is not a valid .npy array: {str(e).splitlines()[0] if str(e) else e!r}") \
             from None
     if dtype.hasobject or dtype.kind not in ARRAY_KINDS or dtype.fields is not None or dtype.subdtype is not None:
@@ -63,7 +63,7 @@ def _read_array(f, what: str, available_after_header) -> np.ndarray:
     f.seek(start)
     try:
         return np.load(f, allow_pickle=False)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure to parse checked bytes is "not a valid array"
         raise InputMismatchError(f"{what} is not a valid .npy array: {e}") from None
 
 
@@ -73,14 +73,13 @@ def load_npy(path) -> np.ndarray:
     if p.exists() and not p.is_dir() and not is_regular(p):
         raise InputMismatchError(f"{p} is not a regular file (a device, FIFO or socket)")
     try:
-        f = open(p, "rb")
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not os.path.isfile(p):
+                raise InputMismatchError(f"{str(p)!r} is not a regular file")
+            return _read_array(f, str(p), lambda header: size - header)
     except OSError as e:
         raise InputMismatchError(f"cannot read {str(p)!r}: {e.strerror}") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if not os.path.isfile(p):
-            raise InputMismatchError(f"{str(p)!r} is not a regular file")
-        return _read_array(f, str(p), lambda header: size - header)
 
 
 def load_npz(path) -> dict[str, np.ndarray]:
@@ -95,7 +94,7 @@ def load_npz(path) -> dict[str, np.ndarray]:
             if len(infos) > 4096:
                 raise InputMismatchError(f"{str(p)!r} holds {len(infos)} arrays; too many")
             for info in infos:
-                name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                name = info.filename.removesuffix(".npy")
                 what = f"{p}[{name}]"
                 with z.open(info) as m:  # the header first: a tiny member may declare gigabytes
                     _check_header(m, what, None)

@@ -167,7 +167,7 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
                 raise
             except MemoryError:
                 raise InputMismatchError(f"image {str(p)!r} is too large to decode") from None
-            except Exception as e:  # Pillow raises many types on hostile files (OSError, ValueError,
+            except Exception as e:  # noqa: BLE001 - Pillow raises many types on hostile files (OSError, ValueError,
                 # SyntaxError, DecompressionBombError, struct.error, ...): all mean "not a readable image"
                 why = str(e).splitlines()[0] if str(e) else type(e).__name__
                 raise InputMismatchError(f"cannot read image {str(p)!r}: {why}") from None

@@ -109,9 +109,9 @@ def test_run_bundle_verify_subprocess(workdir):
     env.pop("EDGERUN_TRUSTED_KEY", None)
     cmd = [sys.executable, "-m", "edgerun"]
     p = subprocess.run(cmd + ["package", str(workdir / "m.tflite"), "-o", str(workdir / "u.bundle")],
-                       capture_output=True, text=True, env=env, timeout=120)
+                       capture_output=True, check=False, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
-    p = subprocess.run(cmd + ["run", str(workdir / "u.bundle"), "--verify"], capture_output=True, text=True,
+    p = subprocess.run(cmd + ["run", str(workdir / "u.bundle"), "--verify"], capture_output=True, check=False, text=True,
                        env=env, timeout=120)
     assert p.returncode == 5 and "not signed" in p.stderr and "Traceback" not in p.stderr  # unsigned: refused
     # a signing key configured in the environment signs by default
@@ -121,7 +121,7 @@ def test_run_bundle_verify_subprocess(workdir):
     (workdir / "cfg.key").write_bytes(priv)
     env["EDGERUN_SIGNING_KEY"] = str(workdir / "cfg.key")
     p = subprocess.run(cmd + ["package", str(workdir / "m.tflite"), "-o", str(workdir / "m.bundle"), "--json"],
-                       capture_output=True, text=True, env=env, timeout=120)
+                       capture_output=True, check=False, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["signed"] is True
     p = subprocess.run(cmd + ["run", str(workdir / "m.bundle"), "--verify", "--json"], capture_output=True, check=False,
@@ -129,6 +129,6 @@ def test_run_bundle_verify_subprocess(workdir):
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     assert rep["verified"] is True and rep["verify"]["max_abs_diff"] == {"y": 0.0}
-    p = subprocess.run(cmd + ["verify", str(workdir / "nope.bundle")], capture_output=True, text=True, env=env,
+    p = subprocess.run(cmd + ["verify", str(workdir / "nope.bundle")], capture_output=True, check=False, text=True, env=env,
                        timeout=120)
     assert p.returncode == 5 and p.stderr.startswith("error: cannot open bundle")  # bundle error

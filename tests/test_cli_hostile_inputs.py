@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(EDGERUN is None, reason="the edgerun console scr
 
 def cli(*args, cwd=None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
-    return subprocess.run([EDGERUN, *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    return subprocess.run([EDGERUN, *map(str, args)], capture_output=True, check=False, text=True, timeout=300, cwd=cwd, env=env)
 
 
 def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
@@ -223,5 +223,5 @@ def test_greater_bool_runs_correctly(tmp_path):
 def test_python_module_entry_matches(files):
     """`python -m edgerun` takes the same path as the console script."""
     p = subprocess.run([sys.executable, "-m", "edgerun", "run", files / "img.tflite", "-i", files / "bomb.npy"],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                       capture_output=True, check=False, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     one_line_error(p, "declares")

@@ -302,7 +302,7 @@ def _failing_goldens(tmp_path, seed: int) -> Path:
     from edgerun.bundle import manifest as mf
 
     good = _bundle(tmp_path, seed)
-    members = dict((n, bytes(b)) for n, b in archive.unpack(good.read_bytes()))
+    members = {n: bytes(b) for n, b in archive.unpack(good.read_bytes())}
     man = mf.loads(members["manifest.json"])
     out = man["golden"]["cases"][-1]["outputs"][0]
     blob = bytearray(members[man["golden"]["member"]])
@@ -339,7 +339,7 @@ def test_failed_on_board_goldens_never_switch(sshd, tmp_path):
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
     # through the console script: one line on stderr, exit 1, nothing switched
     p = subprocess.run([*EDGERUN, "deploy", str(bad), *_cli_common(sshd, board), "--verify",
-                        "--remote-edgerun", REMOTE_EDGERUN], capture_output=True, text=True, timeout=120,
+                        "--remote-edgerun", REMOTE_EDGERUN], capture_output=True, check=False, text=True, timeout=120,
                        env=ENV)
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("error: golden vectors failed") and len(p.stderr.strip().splitlines()) == 1
@@ -443,7 +443,7 @@ def test_status_is_read_only(sshd, tmp_path):
     assert st["exists"] and st["current"].startswith("bundles/")
     assert sorted(str(p.relative_to(board)) for p in board.rglob("*")) == before
     p = subprocess.run([*EDGERUN, "deploy", *_cli_common(sshd, missing), "--status", "--json"],
-                       capture_output=True, text=True, timeout=60, env=ENV)
+                       capture_output=True, check=False, text=True, timeout=60, env=ENV)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["exists"] is False and not (tmp_path / "never").exists()
 
@@ -463,7 +463,7 @@ def test_dash_dir_and_colon_path(sshd, tmp_path):
         shutil.rmtree(home / name, ignore_errors=True)
     # relative local path with ':' from the CLI
     p = subprocess.run([*EDGERUN, "deploy", "host:a.bundle", *_cli_common(sshd, tmp_path / "b2")],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env=ENV)
+                       capture_output=True, check=False, text=True, timeout=60, cwd=tmp_path, env=ENV)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "b2" / "current").read_bytes() == (tmp_path / "host:a.bundle").read_bytes()
 
@@ -476,6 +476,6 @@ def test_unsigned_bundle_refused_unless_allowed(sshd, tmp_path):
     assert not board.exists()  # refused before touching the board
     r = ssh.deploy(u, sshd, remote_dir=str(board), allow_unsigned=True, verify=True, remote_edgerun=REMOTE_EDGERUN)
     assert r["verified"] is True and r["signed"] is False
-    p = subprocess.run([*EDGERUN, "deploy", str(u), *_cli_common(sshd, board)], capture_output=True, text=True,
+    p = subprocess.run([*EDGERUN, "deploy", str(u), *_cli_common(sshd, board)], capture_output=True, check=False, text=True,
                        timeout=60, env=ENV)
     assert p.returncode != 0 and "not signed" in p.stderr and len(p.stderr.strip().splitlines()) == 1

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from firmware_models import mcu_small
 
-from edgerun.deploy import protocol as P
 from edgerun.deploy.flash import flash, model_info, rollback
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.errors import LinkError
@@ -214,6 +213,6 @@ def test_cli_flash_hostile_device_one_line(device, tmp_path):
     m = tmp_path / "m.tflite"
     m.write_bytes(model)
     p = subprocess.run([sys.executable, "-m", "edgerun", "flash", str(m), "--port", port],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                       capture_output=True, check=False, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "no progress" in p.stderr

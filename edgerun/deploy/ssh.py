@@ -264,7 +264,7 @@ class BoardLock:
         #: the target to use while the lock is held (shares the lock session's connection)
         self.shared = target
 
-    def __enter__(self) -> "BoardLock":
+    def __enter__(self) -> BoardLock:
         w = max(0, int(self.timeout + 0.999))
         mk = ('mkdir -p -- "$d/bundles" "$d/incoming" "$d/pending"\n' if self.create else "")
         script = f'''set -e
