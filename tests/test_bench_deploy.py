@@ -11,8 +11,7 @@ import pytest
 
 from edgerun.bundle import read_bundle
 from tests.test_bench_energy import FakeRail, make_powercap, memory_dir
-from tests.test_deploy_ssh import (REPO, _bundle, _cli_common, _signing, pytestmark,  # noqa: F401 (fixtures)
-                                   sign_key, sshd)
+from tests.test_deploy_ssh import REPO, _bundle, _cli_common, _signing, pytestmark, sign_key, sshd  # noqa: F401 (fixtures)
 
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
 

@@ -120,10 +120,13 @@ def test_cli_with_power_meter(tmp_path):
                             "-n", "10", "--min-duration", "1.0", "--idle", "0.5", "--no-loadgen",
                             "--power-meter", m.port, "--json"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    en = json.loads(r.stdout)["energy"]
+    rep = json.loads(r.stdout)
+    en, tel = rep["energy"], rep["telemetry"]
+    why = (en, tel["missed_samples"], tel["last_error"], rep["engines"]["edgerun"]["window_s"],
+           tel["power"]["t_s"][-3:])
     assert en["source"] == f"meter:UM34C@{m.port}"
-    assert en["avg_power_w"] == pytest.approx(9.0, rel=0.05)
-    assert en["idle_power_w"] == pytest.approx(9.0, rel=0.05)
+    assert en["avg_power_w"] == pytest.approx(9.0, rel=0.05), why
+    assert en["idle_power_w"] == pytest.approx(9.0, rel=0.05), (why, rep.get("idle_window_s"), tel["power"]["t_s"][:5])
 
 
 def test_cli_power_meter_on_a_missing_port_is_one_line(tmp_path):

@@ -26,10 +26,19 @@ import numpy as np
 
 from edgerun.bench.power import sysfs_root
 from edgerun.bench.sampler import Telemetry, energy_figures
-from edgerun.bench.scenarios import SCENARIOS, Run, Runner, _check_rules, loadgen_version, run_loadgen, run_own
+from edgerun.bench.scenarios import (
+    SCENARIOS,
+    Run,
+    Runner,
+    _check_rules,
+    loadgen_version,
+    run_loadgen,
+    run_own,
+)
 from edgerun.errors import EdgerunError, UsageError
 
-__all__ = ["ENGINES", "SCENARIOS", "PeakRss", "Run", "Telemetry", "benchmark", "check_engines", "engine_result"]
+__all__ = ["ENGINES", "SCENARIOS", "PeakRss", "Run", "Telemetry", "benchmark", "check_engines",
+           "engine_result"]
 
 ENGINES = ("edgerun", "litert", "litert-xnnpack")
 
@@ -88,7 +97,8 @@ def engine_result(run: Run, *, kernel_path: str, origin: float = 0.0) -> dict:
     r.update(queries=len(run.latencies), inferences=run.samples, duration_s=run.duration,
              throughput_ips=run.samples / run.duration if run.duration > 0 else None,
              kernel_path=kernel_path, driver=run.driver, window_s=[run.t0 - origin, run.t1 - origin],
-             samples={"start_s": [s - origin for s in run.starts], "latency_ms": [x * 1e3 for x in run.latencies]})
+             samples={"start_s": [s - origin for s in run.starts],
+                      "latency_ms": [x * 1e3 for x in run.latencies]})
     return r
 
 
@@ -131,16 +141,13 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
     ``loadgen``: drive each run through MLPerf LoadGen (logs in ``loadgen_dir/<engine>``).
     """
     from edgerun.runtime.interpreter import Interpreter
-    from edgerun.testing import random_inputs
 
     engines = check_engines(engines)
     _check_rules(scenario, runs, warmup, min_duration, num_threads, batch)
     if loadgen and loadgen_version() is None:
         raise UsageError("--loadgen: MLPerf LoadGen is not installed (pip install 'edgerun[loadgen]')")
-    probe = Interpreter(model_content=model, num_threads=num_threads, delegates=delegates or None)
-    details = probe.get_input_details()
-    xs = random_inputs(details, seed)
-    del probe
+    # the model must load in edgerun before anything is measured (a one-line error otherwise)
+    Interpreter(model_content=model, num_threads=num_threads, delegates=delegates or None)
     offline = scenario == "offline"
     workers = num_threads if offline else 1
     interp_threads = 1 if offline else num_threads
@@ -163,8 +170,12 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
                 time.sleep(idle_s)
                 t1 = time.perf_counter()
                 telemetry.wait_samples(telemetry.window_samples(0, t1) + 1, timeout=idle_s + 5)
-                e = telemetry.window_energy(t0, t1)
+                if telemetry.t:  # a slow source's first reading may come after the idle period began
+                    t0 = max(t0, telemetry.t[0])
+                e = telemetry.window_energy(t0, t1) if t1 - t0 >= idle_s / 2 else None
                 idle_w = e / (t1 - t0) if e is not None else None
+                if idle_w is None:
+                    report["warnings"].append("idle power: too few power samples during the idle period")
                 report["idle_window_s"] = [t0 - origin, t1 - origin]
     total = runs * len(engines)
     done = 0
@@ -173,8 +184,9 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
             cb = (lambda i, n, _d=done: progress(_d + min(i, runs), total)) if progress else None
             try:
                 with PeakRss() as mem:
-                    runners = [Runner(eng, model, num_threads=interp_threads, delegates=delegates if eng == "edgerun"
-                                      else None, batch=batch, seed=seed) for _ in range(workers)]
+                    own = delegates if eng == "edgerun" else None
+                    runners = [Runner(eng, model, num_threads=interp_threads, delegates=own, batch=batch,
+                                      seed=seed) for _ in range(workers)]
                     peak = None
                     if eng == "edgerun":
                         tracemalloc.start()
@@ -246,7 +258,8 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
             "interval_s": telemetry.interval, "missed_samples": telemetry.missed,
             "last_error": telemetry.last_error,
             "power": {"t_s": [t - origin for t in tp], "w": list(map(float, wp)),
-                      "summary": {"samples": len(telemetry.t), "min_w": float(np.min(wp)) if len(wp) else None,
+                      "summary": {"samples": len(telemetry.t),
+                                  "min_w": float(np.min(wp)) if len(wp) else None,
                                   "max_w": float(np.max(wp)) if len(wp) else None,
                                   "mean_w": float(np.mean(wp)) if len(wp) else None}},
             "thermal": {"samples": len(telemetry.tt), "t_s": [t - origin for t in telemetry.tt],

@@ -229,7 +229,11 @@ class UmMeter(PowerSource):
         except (serial.SerialException, OSError, ValueError) as e:
             raise LinkError(f"USB meter {port}: {e}") from e
         self.port = port
-        first = self.snapshot()  # identifies the model; fails fast on a wrong port
+        try:
+            first = self.snapshot()  # identifies the model; fails fast on a wrong port
+        except LinkError:
+            self.ser.close()
+            raise
         self.model = first["model"]
         self.name = f"meter:{self.model}@{port}"
         self.label = f"RDTech {self.model} USB power meter"
@@ -282,7 +286,8 @@ def hwmon_sources(root: Path | None = None) -> list[PowerSource]:
         chip = _read_text(d / "name", dev.name)
         for f in sorted(d.glob("energy*_input"), key=_natural):
             if _readable_int(f):
-                energy.append(HwmonSource(dev, chip, "energy", [f], _read_text(d / f.name.replace("_input", "_label"))))
+                label = _read_text(d / f.name.replace("_input", "_label"))
+                energy.append(HwmonSource(dev, chip, "energy", [f], label))
         for f in sorted(list(d.glob("power*_input")) + list(d.glob("power*_average")), key=_natural):
             n = re.match(r"power(\d+)_", f.name).group(1)
             if f.name.endswith("_average") and (d / f"power{n}_input").exists():

@@ -41,9 +41,10 @@ def bench_on_board(target, *, remote_dir: str = "edgerun", remote_edgerun: str |
     d = ssh.remote_dir_path(remote_dir)
     cmd = remote_edgerun or target.run(_FIND_EDGERUN, what="looking for edgerun on the board").stdout.strip()
     if not cmd:
-        raise EdgerunError(f"edgerun is not installed on {target.host}: `deploy --bench` runs `edgerun bench` "
-                           "there (pip install 'edgerun[litert]' on the board)")
-    line = " ".join([f"cd -- {shlex.quote(d)} &&", cmd, "bench", "current", "--json", *map(shlex.quote, extra)])
+        raise EdgerunError(f"edgerun is not installed on {target.host}: `deploy --bench` runs "
+                           "`edgerun bench` there (pip install 'edgerun[litert]' on the board)")
+    line = " ".join([f"cd -- {shlex.quote(d)} &&", cmd, "bench", "current", "--json",
+                     *map(shlex.quote, extra)])
     p = target.run(line, timeout=timeout, what="benchmarking on the board", check=False)
     try:
         rep = json.loads(p.stdout)
@@ -52,6 +53,7 @@ def bench_on_board(target, *, remote_dir: str = "edgerun", remote_edgerun: str |
     if p.returncode != 0 or not isinstance(rep, dict) or "engines" not in rep:
         msg = rep.get("message") if isinstance(rep, dict) else None
         msg = msg or (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise EdgerunError(f"benchmark on {target.host} failed (exit {p.returncode}): {' '.join(msg.split())[:300]}")
+        msg = " ".join(msg.split())[:300]
+        raise EdgerunError(f"benchmark on {target.host} failed (exit {p.returncode}): {msg}")
     rep["host"] = target.host
     return rep

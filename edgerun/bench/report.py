@@ -24,8 +24,8 @@ COLORS = {"edgerun": "#1f77b4", "litert": "#ff7f0e", "litert-xnnpack": "#2ca02c"
 MAX_MARKERS = 1500
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1100px;
-color:#222;background:#fff}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:1100px;color:#222;background:#fff}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 .sub{color:#666;font-size:13px} table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:4px 8px;text-align:right} th{background:#f4f4f4}
@@ -164,7 +164,8 @@ def _bench_plots(rep: dict) -> list[tuple[str, str, str]]:
             ax2.legend(fontsize=8, loc="lower right")
         if zones:
             ax.legend(fontsize=8, loc="upper left")
-        out.append(("Temperature and clock", _png(fig), "thermal zones (left axis) and the highest CPU clock"))
+        out.append(("Temperature and clock", _png(fig),
+                    "thermal zones (left axis) and the highest CPU clock"))
     prof = (rep["engines"].get("edgerun") or {}).get("profile")
     if prof:
         fig, ax = plt.subplots(figsize=(9, 0.4 * len(prof) + 1))
@@ -177,7 +178,8 @@ def _bench_plots(rep: dict) -> list[tuple[str, str, str]]:
     names = list(engines)
     x = np.arange(len(names))
     for i, (q, col) in enumerate(zip(("p50", "p90", "p99"), ("#c7c7c7", "#7f7f7f", "#3a3a3a"))):
-        axes[0].bar(x + (i - 1) * 0.27, [engines[e]["latency_ms"][q] for e in names], 0.27, label=q, color=col)
+        axes[0].bar(x + (i - 1) * 0.27, [engines[e]["latency_ms"][q] for e in names], 0.27, label=q,
+                    color=col)
     axes[0].set_xticks(x, names, fontsize=8)
     axes[0].set_ylabel("latency (ms)")
     axes[0].legend(fontsize=8)
@@ -186,7 +188,8 @@ def _bench_plots(rep: dict) -> list[tuple[str, str, str]]:
         axes[1].bar(x, [j * 1e3 if j is not None else 0 for j in jpi], color=[COLORS.get(e) for e in names])
         axes[1].set_ylabel("mJ per inference")
     else:
-        axes[1].bar(x, [engines[e]["throughput_ips"] or 0 for e in names], color=[COLORS.get(e) for e in names])
+        axes[1].bar(x, [engines[e]["throughput_ips"] or 0 for e in names],
+                    color=[COLORS.get(e) for e in names])
         axes[1].set_ylabel("inferences / s")
     axes[1].set_xticks(x, names, fontsize=8)
     fig.tight_layout()
@@ -209,8 +212,9 @@ def bench_html(rep: dict, base: Path | None = None) -> str:
             continue
         en, th = v.get("energy") or {}, v.get("thermal") or {}
         rows.append([html.escape(e), _fmt(v["latency_ms"]["p50"]), _fmt(v["latency_ms"]["p90"]),
-                     _fmt(v["latency_ms"]["p99"]), _fmt(v.get("throughput_ips"), ",.1f"), str(v.get("inferences")),
-                     _fmt(en.get("joules_per_inference"), ".4g"), _fmt(en.get("inferences_per_joule"), ",.1f"),
+                     _fmt(v["latency_ms"]["p99"]), _fmt(v.get("throughput_ips"), ",.1f"),
+                     str(v.get("inferences")), _fmt(en.get("joules_per_inference"), ".4g"),
+                     _fmt(en.get("inferences_per_joule"), ",.1f"),
                      _fmt(en.get("avg_power_w"), ".2f"), _fmt(en.get("idle_power_w"), ".2f"),
                      _fmt(th.get("max_temp_c"), ".1f"), _fmt(th.get("throttled"))])
     parts.append("<h2>Results</h2>" + _table(
@@ -291,7 +295,8 @@ def convert_html(d: dict) -> str:
                               _fmt(x["sqnr_db"], ".2f"), _fmt(bool(x.get("float")))] for x in layers]))
     else:
         parts.append('<p class="note">No per-layer figures (run with --per-layer).</p>')
-    sub = html.escape(f"{d.get('source')} -> {d.get('output')}: {d.get('mode')}, {d.get('size_bytes')} bytes, "
+    sub = html.escape(f"{d.get('source')} -> {d.get('output')}: {d.get('mode')}, "
+                      f"{d.get('size_bytes')} bytes, "
                       f"kernel path {d.get('kernel_path')}, verdict {'ok' if d.get('ok') else 'FAILED'}")
     return _page(f"edgerun convert: {Path(str(d.get('source'))).name}", sub, "".join(parts))
 

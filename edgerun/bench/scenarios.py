@@ -67,7 +67,8 @@ class Runner:
             from edgerun.runtime.interpreter import Interpreter
 
             it = Interpreter(model_content=model, num_threads=num_threads, delegates=delegates or None)
-            self.kernel_path = KERNEL_PATHS[engine] + (f", delegates {','.join(delegates)}" if delegates else "")
+            self.kernel_path = KERNEL_PATHS[engine] + (f", delegates {','.join(delegates)}"
+                                                       if delegates else "")
         else:
             from edgerun.litert import make_interpreter
 
@@ -82,7 +83,8 @@ class Runner:
                 try:
                     it.resize_tensor_input(d["index"], [batch] + shape[1:])
                 except Exception as e:  # LiteRT raises ValueError/RuntimeError with its own text
-                    raise UsageError(f"--batch {batch}: {engine} cannot resize input {d['name']!r}: {e}") from e
+                    raise UsageError(f"--batch {batch}: {engine} cannot resize input {d['name']!r}: "
+                                     f"{e}") from e
         try:
             it.allocate_tensors()
             details = it.get_input_details()
@@ -99,7 +101,8 @@ class Runner:
         self.invoke = it.invoke
 
 
-def _check_rules(scenario: str, runs: int, warmup: int, min_duration: float, threads: int, batch: int) -> None:
+def _check_rules(scenario: str, runs: int, warmup: int, min_duration: float, threads: int,
+                 batch: int) -> None:
     if scenario not in SCENARIOS:
         raise UsageError(f"--scenario {scenario!r}: choose from {', '.join(SCENARIOS)}")
     if runs < 1:
@@ -294,7 +297,8 @@ def run_loadgen(scenario: str, runners: list[Runner], *, min_queries: int, min_d
         raise UsageError(f"--loadgen-dir {outdir}: {e.strerror}") from None
     for attempt in range(3):
         settings = lg.TestSettings()
-        settings.scenario = lg.TestScenario.SingleStream if scenario == "single-stream" else lg.TestScenario.Offline
+        settings.scenario = (lg.TestScenario.SingleStream if scenario == "single-stream"
+                             else lg.TestScenario.Offline)
         settings.mode = lg.TestMode.PerformanceOnly
         settings.min_duration_ms = int(min_duration * 1000)
         settings.min_query_count = int(min_queries)

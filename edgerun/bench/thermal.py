@@ -110,7 +110,8 @@ def summarize(probe: ThermalProbe | None, temps: list[dict], freqs: list[dict]) 
         drop = any(a and b for a, b in zip(low, low[1:]))
         out["cpu_mhz"] = {"start": ref, "min": min(top), "max": max(top)}
         if drop:
-            out["warnings"].append(f"CPU clock dropped from {ref:.0f} MHz to {min(top):.0f} MHz during the run")
+            out["warnings"].append(f"CPU clock dropped from {ref:.0f} MHz to {min(top):.0f} MHz "
+                                   "during the run")
     out["warnings"] += crossed
     out["trip_crossed"] = bool(crossed)
     out["clock_dropped"] = drop

@@ -40,7 +40,8 @@ def print_table(report: dict, title: str, c=None) -> None:
             et.add_column(col, justify="right" if col != "engine" else "left")
         for eng, r in ok.items():
             en = r.get("energy") or {}
-            et.add_row(eng, _num(en.get("joules_per_inference"), ".4g"), _num(en.get("inferences_per_joule"), ",.1f"),
+            et.add_row(eng, _num(en.get("joules_per_inference"), ".4g"),
+                       _num(en.get("inferences_per_joule"), ",.1f"),
                        _num(en.get("avg_power_w"), ".3f"), _num(en.get("idle_power_w"), ".3f"),
                        _num(en.get("energy_j"), ".3f"), str(r.get("inferences")))
         c.print(et)
@@ -72,13 +73,15 @@ def bench_cli(
     threads: int = typer.Option(1, "--threads", help="Threads for every engine (BLAS included); offline: "
                                 "worker threads, one interpreter each."),
     engines: str = typer.Option("edgerun,litert,litert-xnnpack", help="Engines to compare, comma-separated."),
-    delegate: str = typer.Option(None, "--delegate", help="edgerun delegates in priority order, e.g. xnnpack."),
+    delegate: str = typer.Option(None, "--delegate", help="edgerun delegates in priority order, e.g. "
+                                 "xnnpack."),
     scenario: str = typer.Option("single-stream", "--scenario", help="MLPerf scenario: single-stream "
                                  "(latency, p90 headline) or offline (throughput)."),
-    min_duration: float = typer.Option(None, "--min-duration", help="Minimum seconds per engine (default: 1 "
-                                       "with a power source, for enough power samples; else 0; MLPerf's rules "
-                                       "use 600)."),
-    batch: int = typer.Option(1, "--batch", help="Offline: samples per invoke (grows the input's batch dim)."),
+    min_duration: float = typer.Option(None, "--min-duration", help="Minimum seconds per engine "
+                                       "(default: 1 with a power source, for enough power samples; else 0; "
+                                       "MLPerf's rules use 600)."),
+    batch: int = typer.Option(1, "--batch", help="Offline: samples per invoke (grows the input's batch "
+                              "dim)."),
     power_source: str = typer.Option("auto", "--power-source", help="auto (best found), none, or a source "
                                      "name such as powercap:intel-rapl:0 or hwmon:ina3221:VDD_IN."),
     power_meter: str = typer.Option(None, "--power-meter", help="Serial port of an RDTech UM24C/UM25C/UM34C "
@@ -86,7 +89,8 @@ def bench_cli(
     power_w: float = typer.Option(None, "--power-w", help="A constant power you measured (wall meter), in W; "
                                   "reported as user-supplied."),
     idle: float = typer.Option(1.0, "--idle", help="Seconds of idle power to measure first (0: none)."),
-    subtract_idle: bool = typer.Option(False, "--subtract-idle", help="Energy per inference above idle power."),
+    subtract_idle: bool = typer.Option(False, "--subtract-idle", help="Energy per inference above idle "
+                                       "power."),
     interval: float = typer.Option(0.02, "--sample-interval", help="Seconds between telemetry samples."),
     profile: bool = typer.Option(False, "--profile", help="Add edgerun's time per op type (separate pass)."),
     report_path: Path = typer.Option(None, "--report", help="Write a self-contained HTML report (.html)."),
@@ -136,13 +140,15 @@ def bench_cli(
     tel = Telemetry(source, ThermalProbe(), interval=interval)
     with progress("benchmarking", enabled=not json_out) as cb:
         report = benchmark(data, runs=runs, warmup=warmup, num_threads=threads, engines=names,
-                           delegates=dl, progress=cb, scenario=scenario, min_duration=min_duration, batch=batch,
-                           telemetry=tel, idle_s=idle if source is not None and power_w is None else 0.0,
+                           delegates=dl, progress=cb, scenario=scenario, min_duration=min_duration,
+                           batch=batch, telemetry=tel,
+                           idle_s=idle if source is not None and power_w is None else 0.0,
                            subtract_idle=subtract_idle, profile=profile, loadgen=use_loadgen,
                            loadgen_dir=loadgen_dir)
     report["model"] = str(model)
     if manifest is not None:
-        report["bundle"] = {k: manifest.get(k) for k in ("name", "version", "target", "model_sha256") if k in manifest}
+        report["bundle"] = {k: manifest.get(k) for k in ("name", "version", "target", "model_sha256")
+                            if k in manifest}
     report["energy"]["available_sources"] = found
     if report_path is not None:
         from edgerun.bench.report import write_bench_report
