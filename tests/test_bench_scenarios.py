@@ -184,6 +184,12 @@ def test_bench_takes_a_bundle_by_content(tmp_path, model_path):
 
 def test_report_that_cannot_be_written_is_one_line(tmp_path, model_path):
     (tmp_path / "d.html").mkdir()
-    r = edgerun("bench", model_path, "--engines", "edgerun", "-n", "2", "--no-loadgen", "--report", tmp_path / "d.html")
-    assert r.returncode == 3 and "cannot write the report" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    os.mkfifo(tmp_path / "fifo.html")
+    for target, message in [(tmp_path / "d.html", "is a directory"), (tmp_path / "no" / "r.html", "does not exist")]:
+        r = edgerun("bench", model_path, "--engines", "edgerun", "-n", "2", "--no-loadgen", "--report", target)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+    r = edgerun("bench", model_path, "--engines", "edgerun", "-n", "2", "--no-loadgen", "--report",
+                tmp_path / "fifo.html")  # replaced by the page, not written into (which would block)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "fifo.html").is_file() and "<html" in (tmp_path / "fifo.html").read_text()

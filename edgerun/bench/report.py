@@ -254,10 +254,9 @@ def bench_html(rep: dict, base: Path | None = None) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as e:
-        raise EdgerunError(f"cannot write the report {path}: {e.strerror}") from None
+    from edgerun._fs import atomic_write
+
+    atomic_write(path, text.encode("utf-8"))  # a temp file and a rename: never half a page, never a FIFO
 
 
 def write_bench_report(rep: dict, path: Path) -> None:

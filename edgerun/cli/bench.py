@@ -124,8 +124,10 @@ def bench_cli(
                          "not --power-w")
     if report_path is not None and report_path.suffix.lower() not in (".html", ".htm"):
         raise UsageError(f"--report {report_path}: give a .html file")
-    if report_path is not None and not report_path.resolve().parent.is_dir():
-        raise UsageError(f"--report {report_path}: no such directory {report_path.parent}")
+    if report_path is not None:
+        from edgerun._fs import check_output
+
+        check_output(report_path, model, what="--report")  # a folder, a missing folder, the model itself
     from edgerun.check import model_bytes
 
     data, _, manifest = model_bytes(model)  # a .tflite, or a bundle / deploy `current` link by content
