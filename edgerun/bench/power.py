@@ -37,7 +37,7 @@ def sysfs_root() -> Path:
 
 def _read_int(path: Path) -> int:
     with open(path) as f:
-        return int(f.read().strip())
+        return int(f.read(64).strip())  # sysfs numbers are short; never read a huge file whole
 
 
 def _readable_int(path: Path) -> bool:
@@ -50,7 +50,8 @@ def _readable_int(path: Path) -> bool:
 
 def _read_text(path: Path, default: str = "") -> str:
     try:
-        return path.read_text().strip()
+        with open(path, errors="replace") as f:
+            return f.read(256).strip()
     except OSError:
         return default
 
