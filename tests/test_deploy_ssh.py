@@ -223,7 +223,7 @@ def test_failed_verify_keeps_previous(sshd, tmp_path):
     assert os.listdir(board / "bundles") == [ra["bundle"]]
 
 
-def test_verify_skipped_when_board_lacks_edgerun(sshd, tmp_path):
+def test_verify_fails_when_board_lacks_edgerun(sshd, tmp_path):
     """A "bare board": a second key whose forced command clears the environment (PATH=/usr/bin:/bin,
     no PYTHONPATH), so the board's python3 has no edgerun; copies use scp's original protocol."""
     board = tmp_path / "board"
@@ -239,9 +239,11 @@ def test_verify_skipped_when_board_lacks_edgerun(sshd, tmp_path):
                       cwd="/").returncode == 0:
         pytest.skip("the system python3 has edgerun installed")
     assert ssh.status(bare, str(board))["edgerun"] is None
-    r = ssh.deploy(_bundle(tmp_path, 12), bare, remote_dir=str(board), verify=True)
-    assert r["verified"] is None and "not installed" in r["verify_skipped"]
-    assert (board / "current").is_symlink()
+    ra = ssh.deploy(_bundle(tmp_path, 10), bare, remote_dir=str(board))
+    # --verify asks for a check the board cannot run: that is not a held check, so no switch
+    with pytest.raises(ssh.VerifyFailed, match="edgerun is not installed on the board"):
+        ssh.deploy(_bundle(tmp_path, 12), bare, remote_dir=str(board), verify=True)
+    assert _links(board) == (f"bundles/{ra['bundle']}", None)
 
 
 def test_unreachable_host_is_a_deploy_error(tmp_path):

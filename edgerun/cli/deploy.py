@@ -81,8 +81,6 @@ def deploy_cli(
             f"previous -> {report.get('previous')}")
     if report.get("verified"):
         typer.echo("golden vectors verified on the board")
-    elif report.get("verify_skipped"):
-        typer.echo(f"golden vectors not run: {report['verify_skipped']}")
     if report.get("bench"):
         from edgerun.cli.bench import print_table
 

@@ -62,7 +62,7 @@ STALE_MINUTES = 24 * 60
 
 
 class VerifyFailed(DeployError):
-    """The bundle's golden vectors ran on the board and did not match; nothing was switched."""
+    """The board's check of the bundle's golden vectors failed or could not run; nothing was switched."""
 
 
 @dataclass
@@ -361,10 +361,10 @@ def deploy(bundle, target: SSHTarget, *, remote_dir: str = "edgerun", verify: bo
         bundle: path of a local ``.bundle``.
         target: the board (:class:`SSHTarget`).
         remote_dir: deploy directory on the board (relative paths start at the login home).
-        verify: run the bundle's golden vectors on the board before switching (skipped, and
-            reported as such, when edgerun is not installed there). The switch happens only
-            when the board's ``edgerun run --verify --json`` exits 0 *and* reports
-            ``"verified": true``.
+        verify: run the bundle's golden vectors on the board before switching. The switch
+            happens only when the board's ``edgerun run --verify --json`` exits 0 *and* reports
+            ``"verified": true``; a board without edgerun cannot verify, so that is a failed
+            check too (VerifyFailed), never a silent switch.
         remote_edgerun: the command that runs edgerun on the board (default: ``edgerun`` or
             ``python3 -m edgerun``, whichever is found).
         trusted_key: check the bundle's signature against this public key before copying
@@ -442,6 +442,10 @@ mv -f -- {part} bundles/{name}
             verify_report = None
             if verify:
                 cmd = remote_edgerun or before["edgerun"]
+                if not cmd:
+                    raise VerifyFailed(f"cannot verify on {target.host}: edgerun is not installed on the board "
+                                       f"(pip install edgerun there, or deploy without --verify); "
+                                       f"{keep} stays active")
                 if cmd:
                     unsigned = " --allow-unsigned" if not b.signed else ""  # only reached with allow_unsigned
                     p = target.run(f"cd -- {qd} && {cmd} run bundles/{name} --verify --json{unsigned}",
@@ -490,8 +494,7 @@ echo "current=$(readlink current)"; echo "previous=$(readlink previous 2>/dev/nu
         step(5)
     return {"host": target.host, "dir": before["dir"], "bundle": name, "sha256": sha,
             "current": kv.get("current") or None, "previous": kv.get("previous") or None,
-            "verified": verified, "verify": verify_report, "signed": b.signed, "key": b.key_fingerprint,
-            "verify_skipped": "edgerun is not installed on the board" if verify and verified is None else None}
+            "verified": verified, "verify": verify_report, "signed": b.signed, "key": b.key_fingerprint}
 
 
 def rollback(target: SSHTarget, *, remote_dir: str = "edgerun", lock_timeout: float = 300.0) -> dict:
