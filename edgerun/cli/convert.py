@@ -23,8 +23,9 @@ def convert_cli(
     output: Path = typer.Option(..., "--output", "-o", help="Where to write the converted .tflite."),
     calib: str = typer.Option(None, "--calib", help="Calibration data: .npz / .npy file, a folder of images, "
                               "or 'random' (testing only; warns loudly)."),
-    calib_method: str = typer.Option("mse", "--calib-method", help="Range per tensor: minmax, percentile, "
-                                     "entropy or mse."),
+    calib_method: str = typer.Option("auto", "--calib-method", help="Range per tensor: auto (chosen per "
+                                     "model and tensor by the error at the outputs), or one of minmax, "
+                                     "percentile, entropy, mse for every tensor."),
     io_type: str = typer.Option("int8", "--io-type", help="Model input/output type: int8, uint8 or float32."),
     float_only: bool = typer.Option(False, "--float", help="Write an unquantized float32 TFLite (the "
                                     "converter's correctness baseline)."),

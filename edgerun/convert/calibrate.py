@@ -31,7 +31,11 @@ import numpy as np
 
 from edgerun.errors import ConversionError
 
-METHODS = ("minmax", "percentile", "entropy", "mse")
+#: range methods of one histogram
+RANGE_METHODS = ("minmax", "percentile", "entropy", "mse")
+#: what --calib-method takes: "auto" (the default) chooses among them per tensor by the error at the
+#: model outputs (edgerun.convert.ranges); the others apply one method to every tensor
+METHODS = ("auto",) + RANGE_METHODS
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 BINS = 2048
 
@@ -478,6 +482,8 @@ def ranges_from(observers: dict[str, HistogramObserver], method: str = "mse",
     """
     if method not in METHODS:
         raise ConversionError(f"calibration method {method!r}: use one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = "mse"  # the search's starting point (edgerun.convert.ranges.search refines it)
     out = {}
     for k, o in observers.items():
         lo, hi = o.range(method, percentile)

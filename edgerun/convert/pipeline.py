@@ -228,7 +228,12 @@ def calibrate(float_bytes: bytes, g, source, calib_idx, method: str, percentile:
 
     observers, cached = cal.collect(float_bytes, source, calib_idx, batch_size=batch_size, progress=progress,
                                     use_cache=use_cache)
-    return cal.ranges_from(observers, method, percentile, heads=head_tensors(g)), cached
+    if method == "auto":  # per-tensor choice by the error at the model outputs
+        from edgerun.convert import ranges as rs
+        r, info = rs.search(g, float_bytes, observers, source, calib_idx, heads=head_tensors(g),
+                            percentile=percentile)
+        return r, cached, info
+    return cal.ranges_from(observers, method, percentile, heads=head_tensors(g)), cached, None
 
 
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
@@ -474,7 +479,7 @@ def finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0, valid
     return rep
 
 
-def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse", io_type: str = "int8",
+def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto", io_type: str = "int8",
             float_only: bool = False, input_shape=None, input_layout: str = "NHWC", per_layer: bool = False,
             max_drop=None, target: str | None = None, preprocessing: dict | None = None,
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
@@ -483,7 +488,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
     calib: .npy / .npz path, image folder, ``"random"``, arrays, or a CalibrationSource.
-    calib_method: minmax | percentile | entropy | mse. io_type: int8 | uint8 | float32.
+    calib_method: auto (per tensor, by the error at the outputs) | minmax | percentile | entropy | mse. io_type: int8 | uint8 | float32.
     float_only: write the float32 TFLite (no calibration needed); its outputs are always compared
     with the source model (random inputs without ``calib``) and a mismatch fails the conversion
     (``report.ok`` False, nothing written). input_shape: pins dynamic dimensions
@@ -555,8 +560,10 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "mse",
         return finish(rep, float_bytes, out_path, timings, t0, validate=False)
 
     t1 = time.perf_counter()
-    ranges, rep.calibration["cached"] = calibrate(float_bytes, g, source, calib_idx, calib_method, percentile,
-                                                  batch_size, progress, use_cache)
+    ranges, rep.calibration["cached"], search = calibrate(float_bytes, g, source, calib_idx, calib_method,
+                                                          percentile, batch_size, progress, use_cache)
+    if search is not None:
+        rep.calibration["range_search"] = search
     timings["calibrate"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g))]
     if inherent and requires_full_int8(target):

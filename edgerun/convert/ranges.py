@@ -1,0 +1,322 @@
+"""Per-tensor range choice by the error it causes at the model's outputs (``--calib-method auto``).
+
+One global method (minmax, percentile, entropy, mse) is right for some tensors and wrong for
+others: a clipping method helps a wide ReLU activation and hurts an output head or a tensor whose
+rare large values carry the answer. ``auto`` chooses per tensor:
+
+1. every candidate range is derived from the calibration histograms (no extra float runs):
+   minmax, percentile at 99.9 / 99.99 / 99.999 %, entropy and mse;
+2. a *simulation graph* is built from the float graph: every int8 activation passes through a
+   fake-quantization chain ``MUL(1/s) -> ROUND -> MAXIMUM(qlo) -> MINIMUM(qhi) -> MUL(s)`` whose
+   parameters are extra graph *inputs* (so a candidate is tried by setting four scalars, not by
+   rebuilding a model), and the weights of CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED /
+   TRANSPOSE_CONV are replaced by their per-channel int8 values, dequantized;
+3. starting from mse everywhere, the tensors' parameter classes (tensors that must share one
+   scale, as in :func:`edgerun.convert.quantize.quantize_graph`) are visited in graph order and each
+   takes the candidate with the lowest error at the model outputs on (up to) 16 calibration
+   samples: the worst output's relative squared error, so the figure the report leads with is the
+   one minimized. Candidates that are all but equal are tried once; a time budget bounds it.
+
+Fixed-output ops (SOFTMAX, LOGISTIC, ...) keep their spec parameters and are not simulated; the
+model inputs keep their min/max range.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from edgerun.convert.calibrate import HistogramObserver, ranges_from
+
+#: candidate ranges: (label, method, percentile)
+CANDIDATES = (("mse", "mse", 99.99), ("minmax", "minmax", 99.99), ("percentile99.9", "percentile", 99.9),
+              ("percentile99.99", "percentile", 99.99), ("percentile99.999", "percentile", 99.999),
+              ("entropy", "entropy", 99.99))
+#: samples the search scores candidates on, and its default time budget (seconds)
+SEARCH_SAMPLES = 32
+SEARCH_SECONDS = 30.0
+#: a simulated candidate must lower the error by this fraction to replace the current one (the
+#: simulation's rounding noise is not a gain)
+REFINE_GAIN = 0.01
+#: candidate ranges closer than this (relative to the wider one) are one candidate
+SAME_RANGE = 0.01
+
+
+def _classes(g, fops):
+    """Union-find over the activation tensors of int8 ops that must share params (``same`` ops);
+    returns (class root per tensor, set of roots with fixed params)."""
+    from edgerun.convert.quantize import RULES
+
+    parent: dict[int, int] = {}
+
+    def find(a):
+        parent.setdefault(a, a)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    fixed = set()
+    for i, op in enumerate(g.ops):
+        if i in fops:
+            continue
+        rule = RULES[op.op]
+        if rule.kind == "fixed":
+            fixed.add(op.outputs[0])
+        if rule.kind != "same":
+            continue
+        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
+        members = [o for o in op.outputs] + [op.inputs[k] for k in shared
+                                            if k < len(op.inputs) and op.inputs[k] >= 0
+                                            and g.tensors[op.inputs[k]].data is None]
+        for m in members[1:]:
+            ra, rb = find(members[0]), find(m)
+            if ra != rb:
+                parent[rb] = ra
+    fixed_roots = {find(t) for t in fixed}
+    return find, fixed_roots
+
+
+def quantized_activations(g, fops) -> list[int]:
+    """Activation tensors the int8 model holds in int8 (outputs of int8 ops, and the inputs)."""
+    out = list(g.inputs)
+    for i, op in enumerate(g.ops):
+        if i not in fops:
+            out += [o for o in op.outputs if g.tensors[o].dtype == "float32"]
+    seen, res = set(), []
+    for t in out:
+        if t not in seen and g.tensors[t].data is None and g.tensors[t].dtype == "float32":
+            seen.add(t)
+            res.append(t)
+    return res
+
+
+def simulation_graph(g, tensors: list[int], cls_of: dict[int, int]):
+    """(graph, param input names per class): ``g`` with int8 weights and a fake-quantization chain
+    after every tensor in ``tensors``, parameterized per class by four [1] inputs."""
+    from edgerun.convert.quantize import RULES, float_ops, weight_params
+
+    sg = copy.deepcopy(g)
+    fops = float_ops(g)
+    for i, op in enumerate(sg.ops):
+        rule = RULES.get(op.op)
+        if i in fops or rule is None or rule.kind != "weights":
+            continue
+        wt = sg.tensors[op.inputs[rule.weight_input]]
+        if wt.data is None or wt.data.dtype.kind != "f" or not wt.data.size:
+            continue
+        s, q = weight_params(wt.data, rule.weight_axis)
+        shp = [1] * wt.data.ndim
+        shp[rule.weight_axis] = -1
+        new = sg.tensor(wt.name + "_fq", wt.data.shape, "float32",
+                        data=(q.astype(np.float32) * s.reshape(shp)).astype(np.float32))
+        op.inputs = list(op.inputs)
+        op.inputs[rule.weight_input] = new
+    params: dict[int, list[str]] = {}
+    chains: dict[int, list] = {}  # tensor -> ops to insert after its producer
+    for t in tensors:
+        c = cls_of[t]
+        if c not in params:
+            ids = [sg.tensor(f"__fq{c}_{k}", (1,), "float32") for k in ("inv", "qlo", "qhi", "s")]
+            params[c] = ids
+        inv, qlo, qhi, s = params[c]
+        shape = sg.tensors[t].shape
+        mids = [sg.tensor(f"{sg.tensors[t].name}__fq{k}", shape, "float32") for k in range(5)]
+        sg.replace_uses(t, mids[4])
+        from edgerun.convert.graph import Op
+        chains[t] = [Op("MUL", [t, inv], [mids[0]], {}),
+                     Op("ROUND", [mids[0]], [mids[1]]),
+                     Op("MAXIMUM", [mids[1], qlo], [mids[2]]),
+                     Op("MINIMUM", [mids[2], qhi], [mids[3]]),
+                     Op("MUL", [mids[3], s], [mids[4]], {})]
+    ops = []
+    for t in sg.inputs:
+        ops += chains.get(t, [])
+    for op in sg.ops:
+        ops.append(op)
+        for o in op.outputs:
+            ops += chains.get(o, [])
+    sg.ops = ops
+    sg.inputs = list(sg.inputs) + [i for ids in params.values() for i in ids]
+    names = {c: [sg.tensors[i].name for i in ids] for c, ids in params.items()}
+    return sg, names
+
+
+def _fq_values(lo: float, hi: float) -> tuple[float, float, float, float]:
+    from edgerun.convert.quantize import activation_params
+    s, z = activation_params(lo, hi)
+    return 1.0 / s, float(-128 - z), float(127 - z), s
+
+
+def _same(a, b) -> bool:
+    w = max(a[1] - a[0], b[1] - b[0], 1e-12)
+    return abs(a[0] - b[0]) <= SAME_RANGE * w and abs(a[1] - b[1]) <= SAME_RANGE * w
+
+
+def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], source, indices, *,
+           heads=frozenset(), percentile: float = 99.99, seconds: float = SEARCH_SECONDS,
+           samples: int = SEARCH_SAMPLES, progress=None) -> tuple[dict[str, tuple[float, float]], dict]:
+    """Ranges by name for ``--calib-method auto``; returns (ranges, info: what was tried and chosen).
+
+    1. each single method (CANDIDATES) is applied to every tensor and the *real* int8 model
+       (quantize_graph, LiteRT's kernels) is scored on up to ``samples`` calibration samples;
+    2. from the best of them, the per-class search on the simulation graph (see the module
+       docstring) refines the ranges tensor by tensor, within ``seconds``;
+    3. the refined ranges are scored on the real int8 model too and kept only if they beat step 1's
+       best: the simulation rounds at other points than the int8 kernels, so it proposes and the
+       real model decides. The result is never worse, on the calibration samples, than the best
+       single method.
+    """
+    from edgerun.convert.drift import Int8Runner
+    from edgerun.convert.quantize import float_ops, quantize_graph
+    from edgerun.litert import make_interpreter
+
+    t0 = time.perf_counter()
+    per_method = {label: ranges_from(observers, m, p if m == "percentile" else percentile, heads=heads)
+                  for label, m, p in CANDIDATES}
+    # the model's inputs keep their full range under every candidate: their quantization is the one
+    # error that no later choice (nor a layer kept in float by --max-drop) can undo, and an input's
+    # range is usually its preprocessing's, all of it meaningful
+    for name in heads:  # heads never clip more than the user's percentile, whatever the candidate
+        if name in observers:
+            plo, phi = observers[name].range("percentile", percentile)
+            for label, m, _ in CANDIDATES:
+                if m != "minmax":
+                    lo, hi = per_method[label][name]
+                    per_method[label][name] = (min(lo, plo), max(hi, phi))
+    for i in g.inputs:
+        name = g.tensors[i].name
+        if name in observers:
+            full = observers[name].range("minmax")
+            for r in per_method.values():
+                r[name] = full
+    idx = list(indices)
+    if len(idx) > samples:
+        idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
+    data = [source.sample(i) for i in idx]
+    ref_it = make_interpreter(float_bytes, xnnpack=False)
+    ref_it.allocate_tensors()
+    refs = []
+    for smp in data:
+        for d, x in zip(ref_it.get_input_details(), smp):
+            ref_it.set_tensor(d["index"], np.ascontiguousarray(x, np.float32))
+        ref_it.invoke()
+        refs.append([ref_it.get_tensor(d["index"]).astype(np.float64) for d in ref_it.get_output_details()])
+    sig = [sum(float(np.sum(r[k] ** 2)) for r in refs) or 1.0 for k in range(len(refs[0]))]
+
+    def combine(err) -> float:
+        rel = [e / s for e, s in zip(err, sig)]
+        return max(rel) + 1e-3 * sum(rel) / len(rel)  # the worst output, then the others
+
+    def real_score(rng) -> float:
+        run = Int8Runner(quantize_graph(g, rng, io_type="float32").to_bytes("edgerun range search"))
+        err = [0.0] * len(sig)
+        for smp, ref in zip(data, refs):
+            for k, o in enumerate(run(smp)):
+                d = o.astype(np.float64).reshape(ref[k].shape) - ref[k]
+                err[k] += float(np.sum(d * d))
+        return combine(err)
+
+    def db(score):
+        return round(float(-10 * np.log10(max(score, 1e-15))), 2)
+
+    tried: list[tuple[str, tuple]] = []
+    scores = {}
+    for label, _, _ in CANDIDATES:
+        r = per_method[label]
+        if any(all(_same(r[k], o[k]) for k in r) for _, o in tried):
+            continue
+        tried.append((label, r))
+        scores[label] = real_score(r)
+    start = min(scores, key=lambda k: scores[k])
+    info = {"method": "auto", "samples": len(data), "single_methods_db": {k: db(v) for k, v in scores.items()},
+            "start": start, "classes": 0, "searched": 0, "changed": 0, "chosen": {}}
+    refined, sinfo = _refine(g, per_method, start, observers, data, refs, combine, float_ops(g),
+                             seconds - (time.perf_counter() - t0), progress, make_interpreter)
+    info.update(sinfo)
+    best, best_score = per_method[start], scores[start]
+    info["result"] = start
+    if sinfo["changed"]:
+        sc = real_score(refined)
+        info["refined_db"] = db(sc)
+        if sc < best_score:
+            best, best_score, info["result"] = refined, sc, "per-tensor search from " + start
+    info["score_db"] = db(best_score)
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    return dict(best), info
+
+
+def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds, progress, make_interpreter):
+    """The per-class search on the simulation graph, from ``per_method[start]``."""
+    base = per_method[start]
+    find, fixed_roots = _classes(g, fops)
+    acts = [t for t in quantized_activations(g, fops) if g.tensors[t].name in base and find(t) not in fixed_roots]
+    cls_of = {t: find(t) for t in acts}
+    members: dict[int, list[int]] = {}
+    for t in acts:
+        members.setdefault(cls_of[t], []).append(t)
+    info = {"classes": len(members), "searched": 0, "changed": 0, "chosen": {}}
+    if not members or seconds <= 0:
+        return dict(base), info
+    t0 = time.perf_counter()
+
+    def class_range(c, label):
+        rs = [per_method[label][g.tensors[t].name] for t in members[c]]
+        return min(r[0] for r in rs), max(r[1] for r in rs)
+
+    sg, pnames = simulation_graph(g, acts, cls_of)
+    sim = make_interpreter(sg.to_bytes("edgerun range search"), xnnpack=False)
+    sim.allocate_tensors()
+    by_name = {d["name"]: d["index"] for d in sim.get_input_details()}
+    model_inputs = [by_name[g.tensors[i].name] for i in g.inputs]
+    outs = [d["index"] for d in sim.get_output_details()]
+
+    def set_class(c, rng):
+        for name, v in zip(pnames[c], _fq_values(*rng)):
+            sim.set_tensor(by_name[name], np.array([v], np.float32))
+
+    def score() -> float:
+        err = [0.0] * len(refs[0])
+        for smp, ref in zip(data, refs):
+            for i, x in zip(model_inputs, smp):
+                sim.set_tensor(i, np.ascontiguousarray(x, np.float32))
+            sim.invoke()
+            for k, o in enumerate(outs):
+                d = sim.get_tensor(o).astype(np.float64).reshape(ref[k].shape) - ref[k]
+                err[k] += float(np.sum(d * d))
+        return combine(err)
+
+    order = sorted(members, key=lambda c: min(acts.index(t) for t in members[c]))
+    current = {c: class_range(c, start) for c in order}
+    for c in order:
+        set_class(c, current[c])
+    best = score()
+    for n, c in enumerate(order):
+        if time.perf_counter() - t0 > seconds:
+            info["stopped"] = f"time budget reached after {n} of {len(order)} classes"
+            break
+        tried = [current[c]]
+        chosen = start
+        for label, _, _ in CANDIDATES:
+            r = class_range(c, label)
+            if any(_same(r, x) for x in tried) or not (r[1] > r[0]):
+                continue
+            tried.append(r)
+            set_class(c, r)
+            sc = score()
+            if sc < best * (1 - REFINE_GAIN):
+                best, current[c], chosen = sc, r, label
+            set_class(c, current[c])
+        info["searched"] += len(tried) > 1
+        if chosen != start:
+            info["changed"] += 1
+            info["chosen"][g.tensors[members[c][0]].name] = chosen
+        if progress:
+            progress(n + 1, len(order))
+    out = dict(base)
+    for c, r in current.items():
+        for t in members[c]:
+            out[g.tensors[t].name] = r
+    return out, info
