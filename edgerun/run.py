@@ -14,7 +14,7 @@ import numpy as np
 
 from edgerun.errors import DelegateUnavailableError, EdgerunError, UsageError
 
-__all__ = ["run", "run_model", "run_bundle", "require_delegates", "top_k"]
+__all__ = ["require_delegates", "run", "run_bundle", "run_model", "top_k"]
 
 
 def require_delegates(spec) -> list[str]:

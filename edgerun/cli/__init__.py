@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  (click's exits and usage errors; anything else is a bug: exit 70)
         for exc in _click_exception_modules():
             if isinstance(e, getattr(exc, "Exit", ())):
                 return e.exit_code

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.check import check_model, format_report  # noqa: F401  (check_model: the library API)
+from edgerun.check import check_model, format_report
 from edgerun.errors import CHECK_FAILED
 
 

@@ -8,8 +8,17 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import (CHANNEL_ORDER_OPT, MEAN_OPT, SCALE_OPT, SIZE_OPT, STD_OPT, console, emit_json,
-                               progress, to_jsonable)
+from edgerun.cli._util import (
+    CHANNEL_ORDER_OPT,
+    MEAN_OPT,
+    SCALE_OPT,
+    SIZE_OPT,
+    STD_OPT,
+    console,
+    emit_json,
+    progress,
+    to_jsonable,
+)
 from edgerun.errors import CHECK_FAILED
 
 

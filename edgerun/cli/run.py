@@ -7,8 +7,16 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from edgerun.cli._util import (CHANNEL_ORDER_OPT, MEAN_OPT, SCALE_OPT, SIZE_OPT, STD_OPT, console, emit_json,
-                               image_options)
+from edgerun.cli._util import (
+    CHANNEL_ORDER_OPT,
+    MEAN_OPT,
+    SCALE_OPT,
+    SIZE_OPT,
+    STD_OPT,
+    console,
+    emit_json,
+    image_options,
+)
 from edgerun.errors import CHECK_FAILED
 from edgerun.run import run_model, top_k  # noqa: F401  (library API, importable from here as before)
 

@@ -18,4 +18,4 @@ from __future__ import annotations
 from edgerun.convert.pipeline import CONVERT_METADATA, FULL_INT8_TARGETS, convert
 from edgerun.convert.report import ConversionReport
 
-__all__ = ["convert", "ConversionReport", "FULL_INT8_TARGETS", "CONVERT_METADATA"]
+__all__ = ["CONVERT_METADATA", "FULL_INT8_TARGETS", "ConversionReport", "convert"]
