@@ -56,9 +56,7 @@ class Frontend:
 def is_onnx(path: Path, data: bytes) -> bool:
     if path.suffix.lower() == ".onnx":
         return True
-    if path.suffix.lower() == ".tflite" or data[4:8] == b"TFL3":
-        return False
-    return True
+    return not (path.suffix.lower() == ".tflite" or data[4:8] == b"TFL3")
 
 
 def requires_full_int8(target: str | None) -> bool:
@@ -190,8 +188,8 @@ def float_check(reference, float_bytes: bytes, source, idx, out_names, progress)
     The check fails when an output differs by more than ``FLOAT_RTOL`` of its largest magnitude
     plus ``FLOAT_ATOL``.
     """
-    from edgerun.litert import make_interpreter
     from edgerun.convert import drift
+    from edgerun.litert import make_interpreter
 
     it = make_interpreter(float_bytes, xnnpack=False)
     it.allocate_tensors()
@@ -438,7 +436,8 @@ def _validate_subprocess(model: bytes, timeout: float) -> str:
     try:
         code = ("import sys; from edgerun.convert.pipeline import _litert_smoke; "
                 "_litert_smoke(open(sys.argv[1], 'rb').read())")
-        r = subprocess.run([sys.executable, "-c", code, f.name], capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run([sys.executable, "-c", code, f.name], capture_output=True, text=True, timeout=timeout,
+                           check=False)
     finally:
         os.unlink(f.name)
     status = (-r.returncode) if r.returncode < 0 else (r.returncode << 8)
