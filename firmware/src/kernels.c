@@ -1085,6 +1085,41 @@ static void eval_conv(er_model *m, er_node *n) {
             }
 }
 
+/* depth multiplier 1: per output pixel, accumulate all channels at once (the channel loop is
+ * innermost and contiguous in input and filter); integer sums, so the order does not change them */
+#define ER_DW_MAX_CH 1024
+static int32_t dw_acc[ER_DW_MAX_CH];
+
+static void eval_dwconv_m1(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
+    const int8_t *x = i8in(m, n, 0), *w = (const int8_t *)f->cdata;
+    const uint8_t *bias = tin(m, n, 2) ? tin(m, n, 2)->cdata : NULL;
+    int8_t *y = i8out(m, n);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    const int32_t OH = out->dims[1], OW = out->dims[2], FH = f->dims[1], FW = f->dims[2];
+    const int32_t in_off = -in->zp, out_off = out->zp;
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++) {
+                const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                for (int32_t c = 0; c < C; c++) dw_acc[c] = bias ? ld_i32(bias + 4 * c) : 0;
+                for (int32_t fy = 0; fy < FH; fy++) {
+                    const int32_t iy = iy0 + n->dil_h * fy;
+                    if (iy < 0 || iy >= H) continue;
+                    for (int32_t fx = 0; fx < FW; fx++) {
+                        const int32_t ix = ix0 + n->dil_w * fx;
+                        if (ix < 0 || ix >= W) continue;
+                        const int8_t *xp = x + ((b * H + iy) * W + ix) * C, *wp = w + (fy * FW + fx) * C;
+                        for (int32_t c = 0; c < C; c++)
+                            dw_acc[c] = (int32_t)((uint32_t)dw_acc[c] + (uint32_t)((int32_t)wp[c] * ((int32_t)xp[c] + in_off)));
+                    }
+                }
+                int8_t *yp = y + ((b * OH + oy) * OW + ox) * C;
+                for (int32_t c = 0; c < C; c++)
+                    yp[c] = (int8_t)clampi(wadd(er_mbqm(dw_acc[c], n->pc_mult[c], n->pc_shift[c]), out_off), n->act_min, n->act_max);
+            }
+}
+
 static void eval_dwconv(er_model *m, er_node *n) {
     er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n);
     const int8_t *x = i8in(m, n, 0), *w = (const int8_t *)f->cdata;
@@ -1093,6 +1128,10 @@ static void eval_dwconv(er_model *m, er_node *n) {
     const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
     const int32_t OH = out->dims[1], OW = out->dims[2], OC = out->dims[3], FH = f->dims[1], FW = f->dims[2];
     const int32_t DM = n->depth_mult, in_off = -in->zp, out_off = out->zp;
+    if (DM == 1 && C <= ER_DW_MAX_CH) {
+        eval_dwconv_m1(m, n);
+        return;
+    }
     for (int32_t b = 0; b < B; b++)
         for (int32_t oy = 0; oy < OH; oy++)
             for (int32_t ox = 0; ox < OW; ox++)
