@@ -78,10 +78,22 @@ class LayerDrift:
     sqnr_db: float
     origin: str = ""
     float_kept: bool = False
+    #: dB this layer loses against its own inputs (their lowest SQNR minus its SQNR); None when no
+    #: input was measured (it reads the model input)
+    loss_db: float | None = None
+    #: the first layer, in graph order, where the error enters (see :func:`mark_entry`)
+    entry: bool = False
 
     def to_dict(self):
         return {"index": self.index, "op": self.op, "tensor": self.tensor, "sqnr_db": round(self.sqnr_db, 2),
-                "origin": self.origin, "float": self.float_kept}
+                "origin": self.origin, "float": self.float_kept,
+                "loss_db": None if self.loss_db is None else round(self.loss_db, 2), "error_enters": self.entry}
+
+
+#: a layer "lets the error in" when it loses at least this much against its inputs...
+ENTRY_LOSS_DB = 6.0
+#: ... and ends below this SQNR (a drop from 150 dB to 60 dB is not where an accuracy problem starts)
+ENTRY_BELOW_DB = 40.0
 
 
 def _dequant(detail: dict, y: np.ndarray) -> np.ndarray:
@@ -197,7 +209,78 @@ def layer_drift(float_model: bytes, int8_model: bytes, source, indices, progress
             accs[t].add(ref, got.reshape(ref.shape))
         if progress:
             progress(k + 1, len(indices))
-    return [LayerDrift(oi, name, tn, accs[t].sqnr, float_kept=tn in kept_float) for oi, name, t, tn in layers]
+    out = [LayerDrift(oi, name, tn, accs[t].sqnr, float_kept=tn in kept_float) for oi, name, t, tn in layers]
+    # each layer's loss against the measured layers that feed it (through QUANTIZE / DEQUANTIZE too)
+    names = [t.name for t in qm.main.tensors]
+    feeds: dict[str, list[str]] = {}
+    producer_of = {}
+    for op in qm.main.operators:
+        for o in op.outputs:
+            producer_of[names[o]] = op
+    by_tensor = {ld.tensor: ld for ld in out}
+
+    def measured_inputs(op, depth=0):
+        res = []
+        for i in op.inputs:
+            if i < 0:
+                continue
+            n = names[i]
+            if n in by_tensor:
+                res.append(n)
+            elif n in producer_of and depth < 4 and qm.op_name(producer_of[n]) in ("QUANTIZE", "DEQUANTIZE"):
+                res += measured_inputs(producer_of[n], depth + 1)
+        return res
+    for oi, _, _, tn in layers:
+        feeds[tn] = measured_inputs(qm.main.operators[oi])
+    for ld in out:
+        ins = [by_tensor[n].sqnr_db for n in feeds.get(ld.tensor, [])]
+        ld.loss_db = (min(ins) - ld.sqnr_db) if ins else None
+    mark_entry(out)
+    return out
+
+
+def mark_entry(layers: list[LayerDrift]) -> LayerDrift | None:
+    """Mark the layer where the error enters: the first, in graph order, that loses at least
+    ``ENTRY_LOSS_DB`` against its inputs and ends below ``ENTRY_BELOW_DB`` (a layer reading the
+    model input counts its whole drop from the cap); failing that, the first layer below
+    ``ENTRY_BELOW_DB``. Layers kept in float are skipped."""
+    for ld in layers:
+        ld.entry = False
+    cands = [ld for ld in layers if not ld.float_kept and ld.sqnr_db < ENTRY_BELOW_DB]
+    for ld in cands:
+        loss = ld.loss_db if ld.loss_db is not None else SQNR_CAP - ld.sqnr_db
+        if loss >= ENTRY_LOSS_DB:
+            ld.entry = True
+            return ld
+    if cands:
+        cands[0].entry = True
+        return cands[0]
+    return None
+
+
+def tensor_sqnr(float_model: bytes, int8_model: bytes, source, indices, names) -> dict[str, float]:
+    """SQNR of the named tensors of the int8 model (dequantized, LiteRT's kernels, all tensors
+    kept) against the float model's tensors of the same name; names missing in either are left out."""
+    from edgerun.litert import make_interpreter
+
+    fit = make_interpreter(float_model, xnnpack=False, preserve_all=True)
+    fit.allocate_tensors()
+    qrun = Int8Runner(int8_model, preserve_all=True)
+    f_by = {d["name"]: d for d in fit.get_tensor_details()}
+    q_by = {d["name"]: d for d in qrun.it.get_tensor_details()}
+    names = [n for n in names if n in f_by and n in q_by]
+    accs = {n: _Acc() for n in names}
+    for i in indices:
+        sample = source.sample(i)
+        for d, x in zip(fit.get_input_details(), sample):
+            fit.set_tensor(d["index"], np.asarray(x, np.float32))
+        fit.invoke()
+        qrun(sample)
+        for n in names:
+            ref = fit.get_tensor(f_by[n]["index"])
+            got = _dequant(q_by[n], qrun.it.get_tensor(q_by[n]["index"]))
+            accs[n].add(ref, got.reshape(ref.shape))
+    return {n: a.sqnr for n, a in accs.items()}
 
 
 def float_candidates(layers: list[LayerDrift], g, exclude: set[str], k: int = 3) -> list[list[str]]:

@@ -304,7 +304,10 @@ def delegated_accuracy(reference, q_bytes: bytes, source, idx, out_names, target
     return None if same else {"path": "xnnpack", "outputs": outs}
 
 
-def fixed_scale_warnings(g, outputs, kept, warnings: list) -> None:
+def fixed_scale_warnings(g, outputs, kept, warnings: list, measure=None) -> None:
+    """Blame a fixed-step output (SOFTMAX, LOGISTIC) only when the logits before it are accurate:
+    ``measure(names) -> {name: SQNR dB}`` measures its input; logits already within
+    ``FIXED_STEP_MARGIN_DB`` of the output mean the error comes from earlier layers."""
     from edgerun.convert.quantize import RULES
 
     prod = g.producers()
@@ -313,9 +316,20 @@ def fixed_scale_warnings(g, outputs, kept, warnings: list) -> None:
         rule = RULES.get(op.op) if op is not None else None
         if rule is not None and rule.kind == "fixed" and o.sqnr_db < 20 and o.name not in kept:
             s, z = rule.fixed
+            logits = g.tensors[op.inputs[0]].name
+            got = measure([logits]) if measure is not None else {}
+            if logits in got and got[logits] < o.sqnr_db + FIXED_STEP_MARGIN_DB:
+                warnings.append(f"output '{o.name}' (SQNR {o.sqnr_db:.1f} dB) comes from {op.op}, but its input "
+                                f"'{logits}' is already at {got[logits]:.1f} dB: the error comes from earlier layers, "
+                                "not the output's fixed step; see --per-layer for where it enters")
+                continue
             warnings.append(f"output '{o.name}' comes from {op.op}, whose int8 output has the spec's fixed step "
                             f"{s:g}: values below {s / 2:g} read as 0 (SQNR {o.sqnr_db:.1f} dB). Compare on its input "
                             f"instead, or keep it in float with --max-drop (e.g. --max-drop 30dB)")
+
+
+#: the fixed output step is to blame only when the logits are this much more accurate than the output
+FIXED_STEP_MARGIN_DB = 6.0
 
 
 def head_tensors(g) -> set[str]:
@@ -577,7 +591,8 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         rep.litert_check = validate_in_litert(q_bytes)
         timings["validate"] = time.perf_counter() - t2
     rep.delegated = delegated_accuracy(fe.reference, q_bytes, source, eval_idx, out_names, target, rep.outputs)
-    fixed_scale_warnings(g, rep.outputs, kept, warnings)
+    fixed_scale_warnings(g, rep.outputs, kept, warnings,
+                         measure=lambda names: drift.tensor_sqnr(float_bytes, q_bytes, source, eval_idx, names))
     if per_layer:
         rep.layers = drift.layer_drift(float_bytes, q_bytes, source, eval_idx, kept_float=set(kept))
     timings["evaluate"] = time.perf_counter() - t1

@@ -113,6 +113,9 @@ class ConversionReport:
             worst = sorted(self.layers, key=lambda x: x.sqnr_db)[:3]
             for ld in self.layers:
                 mark = "  <- lowest" if ld in worst else ""
+                if getattr(ld, "entry", False):
+                    mark += (f"  <- error enters here ({ld.loss_db:.1f} dB lost)" if ld.loss_db is not None
+                             else "  <- error enters here")
                 fl = " (float)" if ld.float_kept else ""
                 lines.append(f"  {ld.index:4d} {ld.op:<24} {ld.tensor[:36]:<36} {ld.sqnr_db:8.2f}{fl}{mark}")
         if self.budget:
