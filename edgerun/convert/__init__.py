@@ -4,7 +4,7 @@
 >>> report = convert("model.onnx", "model_int8.tflite", calib="calib.npz")   # doctest: +SKIP
 >>> print(report.format())                                                     # doctest: +SKIP
 
-Pipeline (:mod:`edgerun.convert.pipeline`, one function per stage): frontend (``onnx_frontend`` /
+Pipeline (:mod:`edgerun.convert.pipeline`, one function per stage): frontend (``onnx`` /
 ``tflite_frontend``) -> float graph (non-finite weights refused) -> calibration (``calibrate``,
 cached) -> ``quantize`` -> drift report (``drift``, on edgerun's kernels) against the float model
 run by its own runtime (ONNX Runtime for ONNX, LiteRT for TFLite) on held-back calibration

@@ -84,7 +84,7 @@ def check_options(calib_method: str, io_type: str, input_layout: str, target: st
 
 def load_frontend(path: Path, data: bytes, input_shape, input_layout: str, preprocessing) -> Frontend:
     if is_onnx(path, data):
-        from edgerun.convert import onnx_frontend as ox
+        from edgerun.convert import onnx as ox
         model = ox.fold_constant_dequantize(ox.load_onnx(str(path)))  # path: external weight files load too
         g, io = ox.onnx_to_graph(model, ox.parse_input_shapes(input_shape), input_layout.upper())
         pinned_model = ox.with_fixed_inputs(io["model"], io["input_shapes"])  # upgraded opset
