@@ -343,6 +343,9 @@ def test_the_current_link_is_a_bundle_to_every_command(work, tmp_path):
     r = er("check", cur, "--json")  # the bundle's own target
     assert r.returncode == 0 and json.loads(r.stdout)["target"] == "rpi:rpi4"
     assert er("verify", cur, "--golden").returncode == 0
+    r = er("package", cur, "-o", tmp_path / "re.bundle", "--target", "mcu", "--sign", work / "k.key", "--json")
+    assert r.returncode == 0, r.stderr  # repackaged for another target: the bundle's model
+    assert json.loads(r.stdout)["target"]["name"] == "mcu"
 
 
 def test_exit_code_table_is_one_table():

@@ -11,7 +11,8 @@ from edgerun.cli._util import emit_json, progress
 
 
 def package_cli(
-    model: Path = typer.Argument(..., help="The .tflite model to package."),
+    model: Path = typer.Argument(..., help="The .tflite model to package (or a bundle, by content: repackage "
+                                 "its model, e.g. for another target)."),
     output: Path = typer.Option(None, "--output", "-o", help="Bundle file to write (default: MODEL.bundle)."),
     target: str = typer.Option("cpu", "--target", "-t", help="rpi | coral | jetson | mcu[:BOARD] | cpu."),
     labels: Path = typer.Option(None, "--labels", help="Labels file, one label per line."),
@@ -38,15 +39,20 @@ def package_cli(
     out = check_output(output or model.with_suffix(".bundle"), model, what="bundle")  # never the model itself
     spec = spec_from_option(preprocessing) if preprocessing else None
     sign = sign if sign is not None else trust.signing_key()  # EDGERUN_SIGNING_KEY / config signing_key
+    from edgerun.check import model_bytes
+
+    data, _, manifest = model_bytes(model)  # a bundle (by content, e.g. the deploy `current` link): its model
+    source = data if manifest is not None else model
+    if manifest is not None and labels is None:
+        labels = manifest["labels"]
     golden_inputs = None
     if golden:
         golden_inputs = [load_npy(p) if p.suffix == ".npy" else str(p) for p in golden]
         from edgerun.bundle.golden import check_input_arrays
-        from edgerun.check import model_bytes
 
-        check_input_arrays(model_bytes(model)[0], golden_inputs, [str(p) for p in golden])
+        check_input_arrays(data, golden_inputs, [str(p) for p in golden])
     with progress("packaging", enabled=not json_out and sys.stderr.isatty()) as cb:
-        path = write_bundle(model, out, target=target, labels=labels, sign_key=sign, preprocessing=spec,
+        path = write_bundle(source, out, target=target, labels=labels, sign_key=sign, preprocessing=spec,
                             report=report, calib_hash=hash_calibration(calib) if calib else None,
                             golden_inputs=golden_inputs, progress=cb)
     info = describe(path)
