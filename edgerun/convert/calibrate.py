@@ -384,7 +384,7 @@ def _kl(c: np.ndarray, p: np.ndarray, lo: float, hi: float, qv: np.ndarray) -> f
     inside = (c >= lo) & (c <= hi)
     if not np.any(inside):
         return np.inf
-    levels = (qv + 128).astype(np.int64)
+    levels = (qv + 128).astype(np.intp)  # np.bincount takes intp: int64 fails on 32-bit
     mass = np.bincount(levels, weights=p, minlength=256)
     support = np.bincount(levels[inside], weights=(p[inside] > 0).astype(np.float64), minlength=256)
     q = np.where(inside & (support[levels] > 0), mass[levels] / np.maximum(support[levels], 1), 0.0)
