@@ -111,3 +111,54 @@ def test_cli_default_is_auto(tmp_path, capsys):
     rc = main(["convert", str(p), "-o", str(tmp_path / "o.tflite"), "--calib", str(tmp_path / "c.npy")])
     out = capsys.readouterr().out
     assert rc == 0 and "method auto" in out
+
+
+def test_bias_correction_removes_the_mean_shift_of_rounded_depthwise_weights(tmp_path):
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from edgerun.convert import corrections
+    from edgerun.convert.drift import Int8Runner
+    from edgerun.convert.quantize import quantize_graph
+    from edgerun.convert.tflite_frontend import tflite_to_graph
+    from edgerun.litert import make_interpreter
+
+    rng = np.random.default_rng(3)
+    c = 24
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    w[:, 0, 0, 0] = 1.0  # the largest tap sets the scale; the others round with a systematic error
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["y"], group=c)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, c, 6, 6])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, c, 4, 4])],
+                     [nh.from_array(w * 0.05, "w"), nh.from_array(np.zeros(c, np.float32), "b")])
+    p = tmp_path / "dw.onnx"
+    p.write_bytes(h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8).SerializeToString())
+    convert(p, tmp_path / "f.tflite", float_only=True, validate=False)
+    fb = (tmp_path / "f.tflite").read_bytes()
+    fg = tflite_to_graph(fb)
+    x = (rng.uniform(-1, 1, (40, 6, 6, c)) + 8.0).astype(np.float32)  # a large input mean
+    src = cal.ArraySource([x])
+    means = corrections.input_means(fg, fb, src, range(corrections.MEAN_SAMPLES))
+    [m] = means.values()
+    assert np.allclose(m, x[:corrections.MEAN_SAMPLES].reshape(-1, c).mean(0), atol=1e-4)
+    fixes = corrections.bias_correction(fg, means)
+    assert len(fixes) == 1
+    obs, _ = cal.collect(fb, src, range(40), use_cache=False)
+    ranges = cal.ranges_from(obs, "minmax")
+    fit = make_interpreter(fb, xnnpack=False)
+    fit.allocate_tensors()
+
+    def mean_err(graph):
+        run = Int8Runner(quantize_graph(graph, ranges, io_type="float32").to_bytes())
+        d = []
+        for i in range(40):
+            fit.set_tensor(fit.get_input_details()[0]["index"], x[i:i + 1])
+            fit.invoke()
+            d.append(run([x[i:i + 1]])[0] - fit.get_tensor(fit.get_output_details()[0]["index"]))
+        return np.abs(np.mean(np.concatenate(d).reshape(-1, c), axis=0))
+    before = mean_err(fg)
+    corrections.apply(fg, fixes)
+    after = mean_err(fg)
+    # the per-channel mean error falls to what activation rounding leaves
+    assert after.mean() < 0.5 * before.mean(), (before.mean(), after.mean())

@@ -167,7 +167,9 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     3. the refined ranges are scored on the real int8 model too and kept only if they beat step 1's
        best: the simulation rounds at other points than the int8 kernels, so it proposes and the
        real model decides. The result is never worse, on the calibration samples, than the best
-       single method.
+       single method;
+    4. bias correction (:mod:`edgerun.convert.corrections`) is applied to ``g`` in place when the
+       real int8 model confirms it lowers the error.
     """
     from edgerun.convert.drift import Int8Runner
     from edgerun.convert.quantize import float_ops, quantize_graph
@@ -243,6 +245,21 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         info["refined_db"] = db(sc)
         if sc < best_score:
             best, best_score, info["result"] = refined, sc, "per-tensor search from " + start
+    # bias correction (edgerun.convert.corrections), kept when the real int8 model confirms it;
+    # it changes ``g``'s bias constants in place (the float model was serialized before)
+    from edgerun.convert import corrections
+
+    fixes = corrections.bias_correction(g, corrections.input_means(g, float_bytes, source, indices))
+    if fixes:
+        old = corrections.apply(g, fixes)
+        sc = real_score(best)
+        info["bias_corrected_db"] = db(sc)
+        if sc < best_score:
+            best_score = sc
+            info["bias_correction"] = len(fixes)
+        else:
+            corrections.apply(g, old)
+            info["bias_correction"] = 0
     info["score_db"] = db(best_score)
     info["seconds"] = round(time.perf_counter() - t0, 3)
     return dict(best), info
