@@ -62,12 +62,16 @@ def test_flash_and_run_on_emulated_board(board):
         info = model_info(link)
         assert info.sha256 == hashlib.sha256(model).hexdigest()
         details = make_interpreter(model, reference=True).get_input_details()
+        total_us = 0
         for seed in range(5):
             x = random_inputs(details, seed=seed)
             got, us = run_with_link(link, x, info)
             want = run_litert(model, x, reference=True)
             assert got[0].dtype == want[0].dtype and got[0].tobytes() == want[0].tobytes()
-            assert us > 0
+            total_us += us
+        # SysTick timing without -icount follows host time, which can read 0 for one run on a
+        # loaded machine; five runs together must show time passing
+        assert total_us > 0
         assert flash(SHIPPED, url, link=link).skipped  # same hash: no transfer
     report = verify_on_device(SHIPPED, url)  # a fresh connection: the board kept running
     assert report["ok"], report
