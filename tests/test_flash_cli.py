@@ -49,18 +49,24 @@ def test_devices_probe(device, model_file):
     assert mine[0]["firmware"]["slot_bytes"] == 1024 * 1024
 
 
-def test_bundle_run_device_verify(device, tmp_path):
+def test_bundle_run_device_verify(device, tmp_path, capsys):
     from edgerun.bundle import write_bundle
 
     bundle = write_bundle(mcu_small(12), tmp_path / "small.bundle", target="mcu")
     runner = CliRunner()
-    rep = _json(runner.invoke(build_app(), ["run", str(bundle), "--device", device, "--verify", "--json"]))
+    # the trust policy of edgerun.load holds for serial links too: an unsigned bundle is refused
+    for cmd in (["run", str(bundle), "--device", device, "--verify"], ["flash", str(bundle), "--port", device]):
+        rc = main(cmd + ["--json"])  # main() is the error boundary that maps errors to exit codes
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 5 and out["error"] == "BundleIntegrityError" and "not signed" in out["message"]
+    rep = _json(runner.invoke(build_app(), ["run", str(bundle), "--device", device, "--verify", "--json",
+                                            "--allow-unsigned"]))
     assert rep["ok"] is True and rep["reference"] == "golden" and len(rep["cases"]) >= 1
     assert all(o["identical"] for c in rep["cases"] for o in c["outputs"])
     # the device plans its own arena; the bundle records the host planner's figure
     assert rep["device_arena_bytes"] > 0 and rep["host_arena_bytes"] > 0
     # and flashing the bundle itself: the device already holds that model
-    rep = _json(runner.invoke(build_app(), ["flash", str(bundle), "--port", device, "--json"]))
+    rep = _json(runner.invoke(build_app(), ["flash", str(bundle), "--port", device, "--json", "--allow-unsigned"]))
     assert rep["skipped"] is True
 
 

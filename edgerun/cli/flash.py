@@ -14,11 +14,14 @@ def flash_cli(
     baud: int = typer.Option(115200, "--baud", "-b", help="Line rate (sizes timeouts on sockets and ptys)."),
     force: bool = typer.Option(False, "--force", help="Transfer even when the device already runs this model."),
     rollback: bool = typer.Option(False, "--rollback", help="Switch the device back to its previous model."),
+    allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Accept an unsigned bundle "
+                                        "(refused by default; see docs/bundles.md)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
 ):
     """Flash BUNDLE onto the firmware at PORT: the model goes into the inactive slot, the device
     checks its SHA-256, then switches to it. An interrupted transfer resumes where it stopped;
-    the previous model stays active until the new one is verified.
+    the previous model stays active until the new one is verified. A bundle must be signed by
+    the trusted key (docs/bundles.md) unless --allow-unsigned; a bare .tflite is sent as given.
     """
     from edgerun.deploy.flash import flash
     from edgerun.deploy.flash import rollback as do_rollback
@@ -27,7 +30,7 @@ def flash_cli(
         report = do_rollback(port, baud)
     else:
         with progress(f"flashing {port}", enabled=not json_out) as cb:
-            report = flash(bundle, port, baud, cb, force=force).to_dict()
+            report = flash(bundle, port, baud, cb, force=force, allow_unsigned=allow_unsigned).to_dict()
     if json_out:
         emit_json(report)
         return

@@ -53,7 +53,7 @@ def run_cli(
     if device:  # on a microcontroller: edgerun.deploy.flash
         from edgerun.deploy.flash import device_run_report
 
-        report = device_run_report(model, device, input, verify=verify)
+        report = device_run_report(model, device, input, verify=verify, allow_unsigned=allow_unsigned)
         emit_json(report) if json_out else console().print(report)
         if report.get("verified") is False:
             raise typer.Exit(CHECK_FAILED)

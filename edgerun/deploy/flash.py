@@ -75,8 +75,12 @@ class DeviceModel:
     sha256: str = ""
 
 
-def model_bytes(bundle_or_model) -> tuple[bytes, object | None]:
-    """(model bytes, Bundle or None) from bytes, a .tflite path, a bundle path or a Bundle."""
+def model_bytes(bundle_or_model, *, allow_unsigned: bool = False) -> tuple[bytes, object | None]:
+    """(model bytes, Bundle or None) from bytes, a .tflite path, a bundle path or a Bundle.
+
+    A bundle file gets the same trust policy as ``edgerun.load``: its signature is checked against
+    the configured trusted key, and an unsigned bundle is refused unless ``allow_unsigned``.
+    A bare .tflite carries no signature claim and is taken as given."""
     if isinstance(bundle_or_model, (bytes, bytearray, memoryview)):
         return bytes(bundle_or_model), None
     if hasattr(bundle_or_model, "model") and hasattr(bundle_or_model, "manifest"):
@@ -92,9 +96,7 @@ def model_bytes(bundle_or_model) -> tuple[bytes, object | None]:
         from edgerun.bundle import read_bundle
     except ImportError:  # pragma: no cover - bundles are part of edgerun
         raise ModelFormatError(f"{path} is not a .tflite model and bundles are not available") from None
-    # the firmware checks the model's SHA-256; the signature policy of edgerun.load (refuse unsigned)
-    # is not applied to serial flashing yet
-    bundle = read_bundle(path, allow_unsigned=True)
+    bundle = read_bundle(path, allow_unsigned=allow_unsigned)
     return bytes(bundle.model), bundle
 
 
@@ -209,7 +211,8 @@ def _transfer(link: SerialLink, data: bytes, digest: bytes, result: FlashResult,
 
 def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *, force: bool = False,
           link: SerialLink | None = None, max_payload: int | None = None,
-          link_options: dict | None = None, time_limit: float | None = None) -> FlashResult:
+          link_options: dict | None = None, time_limit: float | None = None,
+          allow_unsigned: bool = False) -> FlashResult:
     """Flash a bundle (or a .tflite) to the firmware on ``port``; returns a :class:`FlashResult`.
 
     ``progress(done, total)`` is called with the bytes the device has acknowledged.
@@ -219,8 +222,9 @@ def flash(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, progress=None, *
     FLASH_TIME_FACTOR times the payload's time on the wire); every reply is length- and
     range-checked, and a device that acknowledges no progress MAX_STALLS times in a row is given
     up on, so a misbehaving device ends in one LinkError line, never a loop or a traceback.
+    A bundle file must be signed by a trusted key unless ``allow_unsigned`` (see model_bytes).
     """
-    data, _ = model_bytes(bundle_or_model)
+    data, _ = model_bytes(bundle_or_model, allow_unsigned=allow_unsigned)
     if len(data) < 8 or data[4:8] != b"TFL3":
         raise ModelFormatError("not a TFLite model (no TFL3 identifier); flash takes a .tflite or a bundle")
     digest = hashlib.sha256(data).digest()
@@ -348,13 +352,14 @@ def _host_outputs(model: bytes, inputs) -> tuple[list[np.ndarray], str]:
 
 
 def verify_on_device(bundle_or_model, port: str, baud: int = DEFAULT_BAUD, *, flash_first: bool = True,
-                     progress=None, link: SerialLink | None = None, inputs=None) -> dict:
+                     progress=None, link: SerialLink | None = None, inputs=None,
+                     allow_unsigned: bool = False) -> dict:
     """Flash (when needed) and run the golden vectors on the device; compare with the host.
 
     Golden vectors come from the bundle; for a bare .tflite (or when ``inputs`` is given) the
     host's own outputs on those inputs are the reference. Returns a report dict with ``ok``.
     """
-    data, bundle = model_bytes(bundle_or_model)
+    data, bundle = model_bytes(bundle_or_model, allow_unsigned=allow_unsigned)
     lk, own = _open(port, baud, link)
     try:
         flashed = flash(data, port, baud, progress, link=lk) if flash_first else None
@@ -450,14 +455,14 @@ def list_devices(probe: bool = False, extra_ports: list[str] | None = None, baud
 
 
 def device_run_report(model_path, port: str, inputs=(), *, verify: bool = False, baud: int = DEFAULT_BAUD,
-                      progress=None) -> dict:
+                      progress=None, allow_unsigned: bool = False) -> dict:
     """``edgerun run MODEL --device PORT [--verify]``: flash when the device runs something else,
     then run the golden vectors (``verify``) or the given .npy inputs (random ones if none) there."""
     if verify:
-        report = verify_on_device(model_path, port, baud, progress=progress)
+        report = verify_on_device(model_path, port, baud, progress=progress, allow_unsigned=allow_unsigned)
         report["verified"] = report["ok"]
         return report
-    data, _ = model_bytes(model_path)
+    data, _ = model_bytes(model_path, allow_unsigned=allow_unsigned)
     with SerialLink(port, baud) as link:
         link.hello()
         info = None
