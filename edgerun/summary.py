@@ -89,14 +89,3 @@ def describe_model(model: Model, *, with_arena: bool = True) -> dict:
         info["xnnpack_partitions"] = count
         info["xnnpack_outside"] = outside
     return info
-
-
-def describe_path(path) -> dict:
-    """``edgerun inspect``'s report for a model or a bundle, told apart by content (the bundle
-    magic bytes), not by suffix: a bundle under any name, or the deploy ``current`` link."""
-    from edgerun.bundle import describe, is_bundle
-    from edgerun.schema import read_model_file
-
-    if is_bundle(path):
-        return describe(path)
-    return describe_model(read_model_file(path))

@@ -37,9 +37,9 @@ def test_command_modules_import_only_library_entry_points(path):
 
 
 def test_library_functions_exist_for_the_commands():
+    from edgerun.bundle import describe_path
     from edgerun.check import check_model
     from edgerun.convert import convert
     from edgerun.run import run
-    from edgerun.summary import describe_path
 
     assert all(callable(f) for f in (check_model, convert, run, describe_path))

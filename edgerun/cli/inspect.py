@@ -18,7 +18,7 @@ def inspect_cli(
 
     Bundles show their manifest, signature state and the model inside.
     """
-    from edgerun.summary import describe_path
+    from edgerun.bundle import describe_path
 
     info = describe_path(path)
     if json_out:
