@@ -169,6 +169,26 @@ def test_fully_connected_int8_paths(units, k, bias_scale):
     assert len(np.unique(got)) > 1
 
 
+@pytest.mark.parametrize("widen_bytes", [4 * 256 * 5, 1 << 20])  # 5-unit blocks (a short last one), or all
+def test_fully_connected_int8_widened_weights(monkeypatch, widen_bytes):
+    """Weights widened from int8 per eval instead of a kept float32 copy: bit-exact with LiteRT."""
+    from edgerun.ops.fully_connected import FullyConnected
+
+    monkeypatch.setattr(FullyConnected, "KEEP_FLOAT_BYTES", 0)
+    monkeypatch.setattr(FullyConnected, "WIDEN_BYTES", widen_bytes)
+    widened = []
+    orig = FullyConnected._widened_matmul
+
+    def spy(self, a, out):
+        widened.append(self.wmat[0] is None)
+        return orig(self, a, out)
+
+    monkeypatch.setattr(FullyConnected, "_widened_matmul", spy)
+    x = np.random.default_rng(1).integers(-128, 128, (1, 256)).astype(np.int8)
+    got = compare_with_litert(_fc(64, 256, 300.0, seed=64), [x])[0]
+    assert widened and all(widened) and len(np.unique(got)) > 1
+
+
 def test_requantizer_work_layout_matches_broadcasting():
     """The tiled 2-D work layout gives the same values as plain broadcasting, for every shape kind."""
     rng = np.random.default_rng(4)
@@ -311,6 +331,34 @@ def test_conv_int8_blocks_match_litert(monkeypatch, spec_args):
     monkeypatch.setattr(Requantizer, "BLOCK", 40)
     shape, oc, kh, kw, stride, pad = spec_args
     conv_spec(shape, oc, kh, kw, stride=stride, padding=pad, seed=oc).run_int8(seed=oc)
+
+
+@pytest.mark.parametrize("spec_args", [
+    ((2, 13, 11, 8), 24, 1, 1, (1, 1), Padding.SAME),    # pointwise, batch 2
+    ((1, 17, 15, 5), 12, 3, 3, (2, 2), Padding.SAME),    # strided 3x3 with padding
+    ((1, 9, 10, 40), 30, 3, 3, (1, 1), Padding.VALID),   # 360-long reductions
+])
+@pytest.mark.parametrize("widen_bytes", [4 * 360 * 7, 1 << 20])  # 7-channel weight blocks, or all at once
+def test_conv_int8_widened_weights_match_litert(monkeypatch, spec_args, widen_bytes):
+    """Filters widened from int8 per eval (in blocks of output channels, a short last one) instead
+    of a kept float32 copy: bit-exact, and the kernel keeps no float32 filter."""
+    from edgerun.ops.conv import Conv2D
+
+    monkeypatch.setattr(Conv2D, "KEEP_FLOAT_BYTES", 0)
+    monkeypatch.setattr(Conv2D, "WIDEN_MIN_ROWS", 1)
+    monkeypatch.setattr(Conv2D, "WIDEN_BYTES", widen_bytes)
+    monkeypatch.setattr(Conv2D, "COLS_BYTES", 4 * 40 * 9 * 5)  # several row blocks
+    widened = []
+    orig = Conv2D._gemm
+
+    def spy(self, cols, acc):
+        widened.append(self.w8 is not None and self.wmats == [None])
+        return orig(self, cols, acc)
+
+    monkeypatch.setattr(Conv2D, "_gemm", spy)
+    shape, oc, kh, kw, stride, pad = spec_args
+    conv_spec(shape, oc, kh, kw, stride=stride, padding=pad, seed=oc).run_int8(seed=oc)
+    assert widened and all(widened)
 
 
 @pytest.mark.parametrize("shape,dm,stride", [
