@@ -1,19 +1,30 @@
 """edgerun's int8 converter vs other int8 quantizers, same model, same calibration samples.
 
-    python tools/bench_quantizers.py            # prints a Markdown table (and --json for a dict)
+    python tools/bench_quantizers.py            # all suites; prints a Markdown table
+    python tools/bench_quantizers.py --suite mlperf,mediapipe --json
 
-* ONNX models: ONNX Runtime ``quantize_static`` (QDQ format, per-channel int8 weights, int8
-  activations; MinMax and Entropy calibration), run by ONNX Runtime, vs ``edgerun convert``
-  (int8 TFLite, run by LiteRT).
-* Float TFLite: ``ai-edge-quantizer`` (``static_wi8_ai8`` recipe: int8 per-channel weights, int8
-  activations, min/max calibration), run by LiteRT, vs ``edgerun convert`` from the same float
-  .tflite. Skipped, with the reason, if ai-edge-quantizer is not installed
-  (``pip install ai-edge-quantizer``).
+Suites:
 
-Both quantizers see the same calibration samples (the first 80 % of the set); SQNR is measured
-on the remaining 20 % against the float model in its own runtime (ONNX Runtime / LiteRT), and
-for the digits model also as top-1 accuracy on its 360-image test split. Conversion time is the
-wall time of the quantizer call (edgerun's includes its own accuracy report).
+* ``onnx``: the shipped digits CNN and a MobileNet-style block vs ONNX Runtime ``quantize_static``
+  (QDQ, per-channel int8 weights, int8 activations; MinMax, Entropy and Percentile calibration).
+* ``tflite``: the digits model's float TFLite vs ai-edge-quantizer (``static_wi8_ai8``).
+* ``mlperf``: the MLPerf Tiny float reference models (mlcommons/tiny,
+  ``benchmark/training/*/trained_models``) vs the int8 references TensorFlow's converter made from
+  the same float models, and vs ai-edge-quantizer. Cached in ``~/.cache/edgerun/mlperf_tiny``;
+  filled from a local mirror of the repository (``--mlperf-repo``, a git directory) when missing,
+  skipped with the reason otherwise.
+* ``mediapipe``: MediaPipe float graphs (``--mediapipe-dir``, the .tflite files of the mediapipe
+  wheel) vs ai-edge-quantizer.
+
+Every quantizer sees the same calibration samples: edgerun's own split (a seeded random 20 %
+held back, :func:`edgerun.convert.pipeline.split_samples`); the figures are measured on the
+held-back samples against the float model in its own runtime: the *worst* output's SQNR and,
+for classifier outputs, top-1 agreement with the float model. The TensorFlow int8 references were
+calibrated by MLPerf on the real datasets, which are not available here: inputs are seeded uniform
+samples over each model's input range (read from the reference's input quantization), so their
+figures are a structural comparison, not task accuracy. ai-edge-quantizer is skipped, with the
+reason, when it is not installed (``pip install ai-edge-quantizer``).
+Conversion time is the wall time of the quantizer call (edgerun's includes its accuracy report).
 """
 
 from __future__ import annotations
@@ -33,6 +44,23 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+#: edgerun's default (per-tensor choice) and the old single-method default
+EDGERUN_METHODS = ("auto", "mse")
+
+
+def split_samples(n, holdout, max_eval):
+    from edgerun.convert.pipeline import split_samples as split
+    return split(n, holdout, max_eval)
+
+
+def agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> float | None:
+    """Top-1 agreement (%) for [1, C] classifier outputs, else None."""
+    if not ref or ref[0].size < 2 or ref[0].size != ref[0].shape[-1]:
+        return None
+    a = [int(np.argmax(r)) == int(np.argmax(g)) for r, g in zip(ref, got)]
+    return round(100.0 * sum(a) / len(a), 2)
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
@@ -117,8 +145,9 @@ def bench_onnx(name, model, calib, work: Path, test=None) -> list[dict]:
 
     path = work / f"{name}.onnx"
     onnx.save(model, str(path))
-    n_cal = int(round(len(calib) * 0.8))
-    cal, held = calib[:n_cal], calib[n_cal:]
+    cal_idx, held_idx, _ = split_samples(len(calib), 0.2, 200)
+    cal, held = calib[cal_idx], calib[held_idx]
+    n_cal = len(cal)
     inp = model.graph.input[0].name
     ref = run_ort(path, held)
     ref_test = run_ort(path, test[0]) if test is not None else None
@@ -126,21 +155,23 @@ def bench_onnx(name, model, calib, work: Path, test=None) -> list[dict]:
 
     def row(tool, method, seconds, got, got_test, size):
         r = {"model": name, "tool": tool, "calibration": method, "seconds": round(seconds, 3),
-             "sqnr_db": round(sqnr(ref, got), 2), "size_bytes": size, "calib_samples": n_cal, "eval_samples": len(held)}
+             "sqnr_db": round(sqnr(ref, got), 2), "size_bytes": size, "calib_samples": n_cal, "eval_samples": len(held),
+             "top1_agreement": agreement(ref, got)}
         if test is not None:
             r["test_accuracy"] = round(float(np.mean(np.array([np.argmax(o) for o in got_test]) == test[1])) * 100, 2)
             r["float_test_accuracy"] = round(float(np.mean(np.array([np.argmax(o) for o in ref_test]) == test[1])) * 100, 2)
         rows.append(r)
 
-    for method in ("mse", "entropy", "minmax"):
+    for method in EDGERUN_METHODS:
         out = work / f"{name}_edgerun_{method}.tflite"
         t0 = time.perf_counter()
-        convert(path, out, calib=np.concatenate([cal, held]), calib_method=method, use_cache=False)
+        convert(path, out, calib=calib, calib_method=method, use_cache=False)
         dt = time.perf_counter() - t0
         data = out.read_bytes()
         row("edgerun convert", method, dt, run_tflite(data, held), run_tflite(data, test[0]) if test is not None else None,
             len(data))
-    for method, cm in (("minmax", CalibrationMethod.MinMax), ("entropy", CalibrationMethod.Entropy)):
+    for method, cm in (("minmax", CalibrationMethod.MinMax), ("entropy", CalibrationMethod.Entropy),
+                       ("percentile", CalibrationMethod.Percentile)):
         out = work / f"{name}_ort_{method}.onnx"
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # ORT prints its calibration progress
@@ -158,8 +189,9 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
 
     src = work / f"{name}_float.tflite"
     src.write_bytes(float_tflite)
-    n_cal = int(round(len(calib_nhwc) * 0.8))
-    cal, held = calib_nhwc[:n_cal], calib_nhwc[n_cal:]
+    cal_idx, held_idx, _ = split_samples(len(calib_nhwc), 0.2, 200)
+    cal, held = calib_nhwc[cal_idx], calib_nhwc[held_idx]
+    n_cal = len(cal)
     from edgerun.litert import make_interpreter
     fit = make_interpreter(float_tflite, xnnpack=False)
     fit.allocate_tensors()
@@ -187,10 +219,10 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
                                                            == test[1])) * 100, 2)
         rows.append(r)
 
-    for method in ("mse", "minmax"):
+    for method in EDGERUN_METHODS:
         out = work / f"{name}_edgerun_tfl_{method}.tflite"
         t0 = time.perf_counter()
-        convert(src, out, calib=np.concatenate([cal, held]), calib_method=method, io_type="float32", use_cache=False)
+        convert(src, out, calib=calib_nhwc, calib_method=method, io_type="float32", use_cache=False)
         row("edgerun convert", method, time.perf_counter() - t0, out.read_bytes())
     try:
         from ai_edge_quantizer import quantizer, recipe
@@ -205,6 +237,159 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
     q = qt.quantize(res, enable_progress_report=False)
     dt = time.perf_counter() - t0
     row("ai-edge-quantizer (static_wi8_ai8)", "minmax", dt, bytes(q.quantized_model))
+    return rows
+
+
+MLPERF = (  # (name, float model, TensorFlow's int8 reference), paths in mlcommons/tiny
+    ("ic (ResNet-8, CIFAR-10)", "benchmark/training/image_classification/trained_models/pretrainedResnet.tflite",
+     "benchmark/training/image_classification/trained_models/pretrainedResnet_quant.tflite"),
+    ("vww (MobileNet 96x96)", "benchmark/training/visual_wake_words/trained_models/vww_96_float.tflite",
+     "benchmark/training/visual_wake_words/trained_models/vww_96_int8.tflite"),
+    ("kws (DS-CNN)", "benchmark/training/keyword_spotting/trained_models/kws_ref_model_float32.tflite",
+     "benchmark/training/keyword_spotting/trained_models/kws_ref_model.tflite"),
+    ("ad (autoencoder)", "benchmark/training/anomaly_detection/trained_models/ad01_fp32.tflite",
+     "benchmark/training/anomaly_detection/trained_models/ad01_int8.tflite"),
+)
+MLPERF_CACHE = Path.home() / ".cache" / "edgerun" / "mlperf_tiny"
+MEDIAPIPE = ("face_detection_short_range", "palm_detection_lite", "pose_detection")
+
+
+def mlperf_file(repo_path: str, repo: Path | None) -> bytes | None:
+    """A file of mlcommons/tiny from the cache, else from a local git mirror (then cached)."""
+    import subprocess
+    cached = MLPERF_CACHE / Path(repo_path).name
+    if cached.exists():
+        return cached.read_bytes()
+    if repo is None or not repo.exists():
+        return None
+    r = subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:{repo_path}"], capture_output=True, check=False)
+    if r.returncode != 0 or r.stdout[:8].startswith(b"version "):  # absent, or a Git LFS pointer
+        return None
+    MLPERF_CACHE.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(r.stdout)
+    return r.stdout
+
+
+def _runner_outputs(run, xs):
+    return [[o.astype(np.float64) for o in run([x[None]])] for x in xs]
+
+
+def worst_output(ref, got) -> tuple[float, float | None]:
+    """(worst output's SQNR over the samples, top-1 agreement of the first classifier output)."""
+    n_out = len(ref[0])
+    worst = min(sqnr([r[k] for r in ref], [g[k].reshape(r[k].shape) for r, g in zip(ref, got)]) for k in range(n_out))
+    agree = None
+    for k in range(n_out):
+        agree = agreement([r[k].reshape(-1) for r in ref], [g[k].reshape(-1) for g in got])
+        if agree is not None:
+            break
+    return worst, agree
+
+
+def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, work: Path, extra=(),
+                       classifier: bool = True) -> list[dict]:
+    """edgerun convert (auto, mse) and ai-edge-quantizer on the same calibration samples, plus
+    ``extra`` ready-made int8 models [(tool, calibration, bytes)], scored on the held-back samples."""
+    from edgerun.convert import convert
+    from edgerun.convert.drift import Int8Runner
+    from edgerun.schema.reader import read_model
+
+    src = work / "src_float.tflite"
+    src.write_bytes(float_tflite)
+    cal_idx, held_idx, _ = split_samples(len(samples), 0.2, 200)
+    cal, held = samples[cal_idx], samples[held_idx]
+    ref = _runner_outputs(Int8Runner(float_tflite), held)
+    rows = []
+
+    def row(tool, method, seconds, data):
+        worst, agree = worst_output(ref, _runner_outputs(Int8Runner(data), held))
+        agree = agree if classifier else None
+        rows.append({"model": label, "tool": tool, "calibration": method,
+                     "seconds": None if seconds is None else round(seconds, 2), "sqnr_db": round(worst, 2),
+                     "top1_agreement": agree, "size_bytes": len(data), "calib_samples": len(cal),
+                     "eval_samples": len(held)})
+
+    for method in EDGERUN_METHODS:
+        out = work / f"edgerun_{method}.tflite"
+        t0 = time.perf_counter()
+        try:
+            convert(src, out, calib=samples, calib_method=method, use_cache=False)
+        except Exception as e:  # noqa: BLE001  (a model edgerun cannot convert is a row, not a crash)
+            rows.append({"model": label, "tool": "edgerun convert", "calibration": method,
+                         "skipped": f"failed: {str(e)[:120]}"})
+            continue
+        row("edgerun convert", method, time.perf_counter() - t0, out.read_bytes())
+    for tool, method, data in extra:
+        row(tool, method, None, data)
+    try:
+        from ai_edge_quantizer import quantizer, recipe
+    except ImportError as e:
+        rows.append({"model": label, "tool": "ai-edge-quantizer", "skipped": f"not installed ({e})"})
+        return rows
+    try:
+        m = read_model(float_tflite)
+        sig = m.signature_defs
+        if not sig:  # ai-edge-quantizer needs a signature: the same float graph, re-serialized with one
+            from edgerun.convert.tflite_frontend import tflite_to_graph
+            src.write_bytes(tflite_to_graph(float_tflite).to_bytes("float graph with a signature"))
+            m = read_model(src.read_bytes())
+            sig = m.signature_defs
+        sig_key = sig[0].key if sig and sig[0].key else "serving_default"
+        sig_in = sig[0].inputs[0][0] if sig else m.main.tensors[m.main.inputs[0]].name
+        t0 = time.perf_counter()
+        qt = quantizer.Quantizer(str(src))
+        qt.load_quantization_recipe(recipe.static_wi8_ai8())
+        with contextlib.redirect_stdout(io.StringIO()):
+            res = qt.calibrate({sig_key: [{sig_in: x[None]} for x in cal]})
+            q = qt.quantize(res, enable_progress_report=False)
+        row("ai-edge-quantizer (static_wi8_ai8)", "minmax", time.perf_counter() - t0, bytes(q.quantized_model))
+    except Exception as e:  # noqa: BLE001
+        rows.append({"model": label, "tool": "ai-edge-quantizer", "skipped": f"failed: {str(e)[:120]}"})
+    return rows
+
+
+def input_range(int8_model: bytes) -> tuple[float, float] | None:
+    from edgerun.litert import make_interpreter
+    it = make_interpreter(int8_model, xnnpack=False)
+    d = it.get_input_details()[0]
+    s, z = d["quantization"]
+    if not s:
+        return None
+    info = np.iinfo(d["dtype"])
+    return (info.min - z) * s, (info.max - z) * s
+
+
+def bench_mlperf(work: Path, repo: Path | None, n: int) -> list[dict]:
+    from edgerun.litert import make_interpreter
+    rows = []
+    for label, fpath, qpath in MLPERF:
+        fb, qb = mlperf_file(fpath, repo), mlperf_file(qpath, repo)
+        if fb is None or qb is None:
+            rows.append({"model": "MLPerf Tiny " + label, "tool": "-", "skipped":
+                         f"{Path(fpath).name} / {Path(qpath).name} not in {MLPERF_CACHE} (give --mlperf-repo)"})
+            continue
+        it = make_interpreter(fb, xnnpack=False)
+        shape = tuple(it.get_input_details()[0]["shape"])
+        lo, hi = input_range(qb) or (-1.0, 1.0)
+        x = np.random.default_rng(0).uniform(lo, hi, (n,) + shape[1:]).astype(np.float32)
+        rows += bench_float_tflite("MLPerf Tiny " + label, fb, x, work,
+                                   extra=[("TensorFlow int8 reference (MLPerf)", "real data", qb)],
+                                   classifier=not label.startswith("ad "))
+    return rows
+
+
+def bench_mediapipe(work: Path, folder: Path | None, n: int) -> list[dict]:
+    rows = []
+    for name in MEDIAPIPE:
+        p = folder / f"{name}.tflite" if folder else None
+        if p is None or not p.exists():
+            rows.append({"model": f"MediaPipe {name}", "tool": "-", "skipped": f"{name}.tflite not in {folder}"})
+            continue
+        from edgerun.litert import make_interpreter
+        fb = p.read_bytes()
+        shape = tuple(make_interpreter(fb, xnnpack=False).get_input_details()[0]["shape"])
+        x = np.random.default_rng(0).uniform(-1, 1, (n,) + shape[1:]).astype(np.float32)
+        rows += bench_float_tflite(f"MediaPipe {name}", fb, x, work)
     return rows
 
 
@@ -228,22 +413,36 @@ def machine() -> str:
 
 
 def markdown(rows) -> str:
-    lines = ["| model | quantizer | calibration | output SQNR (dB) | test top-1 (int8 / float) | time (s) | size (bytes) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| model | quantizer | calibration | worst-output SQNR (dB) | top-1 agreement | test top-1 (int8 / float) "
+             "| time (s) | size (bytes) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['model']} | {r['tool']} | - | skipped: {r['skipped']} | | | |")
+            lines.append(f"| {r['model']} | {r['tool']} | {r.get('calibration', '-')} | skipped: {r['skipped']} | | | | |")
             continue
         acc = f"{r['test_accuracy']:.2f} / {r['float_test_accuracy']:.2f} %" if "test_accuracy" in r else "-"
-        lines.append(f"| {r['model']} | {r['tool']} | {r['calibration']} | {r['sqnr_db']:.2f} | {acc} | "
-                     f"{r['seconds']:.2f} | {r['size_bytes']} |")
+        agree = f"{r['top1_agreement']:.1f} %" if r.get("top1_agreement") is not None else "-"
+        t = f"{r['seconds']:.2f}" if r.get("seconds") is not None else "-"
+        lines.append(f"| {r['model']} | {r['tool']} | {r['calibration']} | {r['sqnr_db']:.2f} | {agree} | {acc} | "
+                     f"{t} | {r['size_bytes']} |")
     return "\n".join(lines)
+
+
+SUITES = ("onnx", "tflite", "mlperf", "mediapipe")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="edgerun convert vs other int8 quantizers")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--suite", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
+    ap.add_argument("--samples", type=int, default=100, help="samples per model (80 %% calibrate, 20 %% evaluate)")
+    ap.add_argument("--mlperf-repo", type=Path, default=None, help="git directory of a mlcommons/tiny mirror")
+    ap.add_argument("--mediapipe-dir", type=Path,
+                    default=Path.home() / ".cache" / "edgerun" / "fixtures" / "mediapipe-0.10.14")
     a = ap.parse_args(argv)
+    suites = [x.strip() for x in a.suite.split(",") if x.strip()]
+    bad = [x for x in suites if x not in SUITES]
+    if bad:
+        ap.error(f"unknown suite(s) {bad}: use {', '.join(SUITES)}")
     import onnx
 
     from edgerun.convert import convert
@@ -252,13 +451,18 @@ def main(argv=None):
         work = Path(d)
         calib = np.load(ROOT / "models" / "calib_digits.npz")["x"]
         test = digits_test()
-        rows += bench_onnx("digits_cnn", onnx.load(str(ROOT / "models" / "digits_cnn.onnx")), calib, work, test)
-        rng = np.random.default_rng(0)
-        mb_calib = rng.uniform(-1, 1, (100, 3, 32, 32)).astype(np.float32)
-        rows += bench_onnx("mobilenet_block", mobilenet_block(), mb_calib, work)
-        convert(ROOT / "models" / "digits_cnn.onnx", work / "digits_float.tflite", float_only=True)
-        rows += bench_tflite("digits_cnn", (work / "digits_float.tflite").read_bytes(),
-                             np.transpose(calib, (0, 2, 3, 1)).copy(), work, test)
+        if "onnx" in suites:
+            rows += bench_onnx("digits_cnn", onnx.load(str(ROOT / "models" / "digits_cnn.onnx")), calib, work, test)
+            mb_calib = np.random.default_rng(0).uniform(-1, 1, (a.samples, 3, 32, 32)).astype(np.float32)
+            rows += bench_onnx("mobilenet_block", mobilenet_block(), mb_calib, work)
+        if "tflite" in suites:
+            convert(ROOT / "models" / "digits_cnn.onnx", work / "digits_float.tflite", float_only=True)
+            rows += bench_tflite("digits_cnn", (work / "digits_float.tflite").read_bytes(),
+                                 np.transpose(calib, (0, 2, 3, 1)).copy(), work, test)
+        if "mlperf" in suites:
+            rows += bench_mlperf(work, a.mlperf_repo, a.samples)
+        if "mediapipe" in suites:
+            rows += bench_mediapipe(work, a.mediapipe_dir, min(a.samples, 60))
     if a.json:
         print(json.dumps({"machine": machine(), "rows": rows}, indent=2))
     else:

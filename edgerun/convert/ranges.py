@@ -35,7 +35,7 @@ CANDIDATES = (("mse", "mse", 99.99), ("minmax", "minmax", 99.99), ("percentile99
               ("percentile99.99", "percentile", 99.99), ("percentile99.999", "percentile", 99.999),
               ("entropy", "entropy", 99.99))
 #: samples the search scores candidates on, and its default time budget (seconds)
-SEARCH_SAMPLES = 32
+SEARCH_SAMPLES = 64
 SEARCH_SECONDS = 30.0
 #: a simulated candidate must lower the error by this fraction to replace the current one (the
 #: simulation's rounding noise is not a gain)
