@@ -139,7 +139,7 @@ def decode_image(src, channels: int = 3) -> np.ndarray:
     if isinstance(src, (str, Path)):
         p = Path(src)
         if p.suffix.lower() == ".npy":
-            from edgerun.inputs import load_npy
+            from edgerun.npyio import load_npy
 
             arr = load_npy(p)
         else:

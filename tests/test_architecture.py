@@ -18,13 +18,6 @@ DEVICE_CORE = ("base", "model", "ops", "delegate", "runtime")
 CORE_THIRD_PARTY = {"numpy", "flatbuffers"}
 #: upward imports that are known debts, each with the reason it is still there
 KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {}
-#: import cycles (through lazy imports) that are known debts, each with where it comes from
-KNOWN_CYCLES = {
-    frozenset({"edgerun.bundle", "edgerun.summary"}):
-        "summary.describe_path (edgerun inspect) dispatches to bundle.describe, which reads summary",
-    frozenset({"edgerun.inputs", "edgerun.preprocess"}):
-        "inputs.load_inputs decodes images with preprocess, preprocess reads .npy with inputs",
-}
 
 
 def layer(module: str) -> str:
@@ -142,7 +135,7 @@ def test_cycle_finder_finds_a_cycle():
 
 
 def test_no_import_cycles():
-    found = [c for c in cycles(import_graph()) if frozenset(c) not in KNOWN_CYCLES]
+    found = cycles(import_graph())
     assert not found, "import cycles (lazy imports included): " + "; ".join(" <-> ".join(c) for c in found)
 
 
