@@ -19,6 +19,44 @@ from edgerun.ops.registry import fused_activation_ops
 #: ops into which an activation may be fused (``fused_activation_function``; the op registry's table)
 FUSABLE = fused_activation_ops()
 
+#: standalone activations that fold into their producer's ``fused_activation_function``
+#: (schema ActivationFunctionType values)
+FOLDABLE_ACTIVATIONS = {"RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
+
+
+def fold_activations(g: "Graph") -> int:
+    """Fold each standalone RELU / RELU_N1_TO_1 / RELU6 into the op that produces its input, as
+    TensorFlow's converter does, when that op can carry a fused activation (not CONCATENATION:
+    LiteRT refuses one there), has none yet, has one output, and the RELU is its only reader
+    (not a graph output either). In the float graph this changes nothing; after quantization the
+    producer writes the clamped int8 output directly, one op instead of two, and LiteRT's
+    XNNPACK delegate (2.3) keeps the op inside its partition, where it leaves a standalone int8
+    RELU outside. Returns how many were folded."""
+    producers = g.producers()
+    consumers = g.consumers()
+    drop = set()
+    for i, op in enumerate(g.ops):
+        act = FOLDABLE_ACTIVATIONS.get(op.op)
+        if act is None or len(op.inputs) != 1 or len(op.outputs) != 1 or op.inputs[0] < 0:
+            continue
+        src = op.inputs[0]
+        p = producers.get(src)
+        if p is None or p in drop or src in g.outputs or src in g.inputs or consumers.get(src) != [i]:
+            continue
+        prod = g.ops[p]
+        if (prod.op not in FUSABLE or prod.op == "CONCATENATION" or len(prod.outputs) != 1
+                or prod.options.get("fused_activation_function", 0) != 0):
+            continue
+        if g.tensors[src].shape != g.tensors[op.outputs[0]].shape:
+            continue
+        prod.options["fused_activation_function"] = act
+        prod.outputs = [op.outputs[0]]
+        producers[op.outputs[0]] = p
+        drop.add(i)
+    if drop:
+        g.ops = [op for i, op in enumerate(g.ops) if i not in drop]
+    return len(drop)
+
 
 @dataclass
 class T:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.convert.graph import Graph
+from edgerun.convert.graph import Graph, fold_activations
 from edgerun.errors import ConversionError, UnsupportedOpError
 from edgerun.schema.tflite import DimensionType
 
@@ -162,4 +162,5 @@ def tflite_to_graph(data: bytes) -> Graph:
             if g.tensors[o].dtype in ("int8", "uint8", "int16") and g.tensors[o].quant is not None:
                 raise ConversionError(f"tensor '{g.tensors[o].name}' is already quantized ({g.tensors[o].dtype}); "
                                       "convert the float original instead")
+    fold_activations(g)
     return g
