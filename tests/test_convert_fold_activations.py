@@ -34,7 +34,7 @@ def _model() -> bytes:
 
     c1, r1, d1, r2, c2, r3, s = (t(n) for n in ("c1", "r1", "d1", "r2", "c2", "r3", "s"))
     cat, y = t("cat", (1, 8, 8, 8)), t("y", (1, 8, 8, 8))
-    conv = dict(padding=0, stride_w=1, stride_h=1, fused_activation_function=0)
+    conv = {"padding": 0, "stride_w": 1, "stride_h": 1, "fused_activation_function": 0}
     b.op("CONV_2D", [x, w((4, 3, 3, 4)), w((4,))], [c1], **conv)
     b.op("RELU", [c1], [r1])
     b.op("DEPTHWISE_CONV_2D", [r1, w((1, 3, 3, 4)), w((4,))], [d1], depth_multiplier=1, **conv)

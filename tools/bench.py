@@ -27,6 +27,8 @@ The corpus (models missing on this machine are left out of the tables):
 * MobileNet-v1 1.0/224 int8 built in code (``edgerun.testing.mobilenet_v1``).
 
 Ratio = edgerun median / LiteRT median (lower is better); the geometric means are per group.
+``--xnnpack-delegate`` adds a fourth worker, ``edgerun.Interpreter(delegates=["xnnpack"])``, and a
+table of its overhead against LiteRT+XNNPACK alone.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ MLPERF_MODELS = {"vww_96_int8": "visual wake words (MobileNet-v1 0.25/96)",
                  "ad01_int8": "anomaly detection (FC autoencoder)",
                  "str_ww_ref_model": "streaming wake word"}
 ENGINES = ("edgerun", "litert", "litert-xnnpack")
+#: with --xnnpack-delegate: edgerun.Interpreter(delegates=["xnnpack"]), compared with LiteRT+XNNPACK alone
+DELEGATED = "edgerun-xnnpack"
 
 
 # -- corpus ------------------------------------------------------------------------------------
@@ -120,7 +124,7 @@ def _status_kib(key: str) -> int:
 
 
 def worker(engine: str, spec: str) -> int:
-    if engine == "edgerun":
+    if engine in ("edgerun", DELEGATED):
         from edgerun import Interpreter
     else:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -130,6 +134,8 @@ def worker(engine: str, spec: str) -> int:
     base = _status_kib("VmRSS")
     if engine == "edgerun":
         it = Interpreter(model_content=data)
+    elif engine == DELEGATED:
+        it = Interpreter(model_content=data, delegates=["xnnpack"])
     elif engine == "litert":
         it = Interpreter(model_content=data, num_threads=1,
                          experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
@@ -198,9 +204,9 @@ class _Worker:
         return msg["peak_kib"] if msg else None
 
 
-def measure(spec: str, rounds: int, warmup: int, budget_s: float) -> dict:
+def measure(spec: str, rounds: int, warmup: int, budget_s: float, engines=ENGINES) -> dict:
     """Median ms and peak memory growth (KiB) per engine, the engines interleaved round by round."""
-    workers = [_Worker(e, spec) for e in ENGINES]
+    workers = [_Worker(e, spec) for e in engines]
     for w in workers:
         w.run(warmup)
         w.times.clear()
@@ -208,7 +214,7 @@ def measure(spec: str, rounds: int, warmup: int, budget_s: float) -> dict:
     # invokes per round: about 10 ms of each engine, at least 1
     t_start = time.perf_counter()
     for r in range(rounds):
-        order = workers[r % 3:] + workers[:r % 3]
+        order = workers[r % len(workers):] + workers[:r % len(workers)]
         for w in order:
             w.run(1 if not w.times or w.times[-1] > 0.01 else max(1, int(0.01 / max(w.times[-1], 1e-6))))
         if time.perf_counter() - t_start > budget_s:
@@ -277,6 +283,8 @@ def main() -> int:
     ap.add_argument("--no-float", action="store_true", help="skip the float MediaPipe originals")
     ap.add_argument("--profile", type=int, default=0, help="per-op profiles of the N slowest models (by ratio)")
     ap.add_argument("--write", type=Path, help="append the tables as a markdown section to this file")
+    ap.add_argument("--xnnpack-delegate", action="store_true",
+                    help="also run edgerun with delegates=['xnnpack'] and compare it with LiteRT+XNNPACK alone")
     ap.add_argument("--worker", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -284,11 +292,17 @@ def main() -> int:
         return worker(*args.worker)
 
     load0 = os.getloadavg()[0]
-    rows, ratios, cpu_ratios = [], {}, {}
+    rows, ratios, cpu_ratios, delegated = [], {}, {}, []
+    engines = ENGINES + ((DELEGATED,) if args.xnnpack_delegate else ())
     entries = [c for c in corpus(not args.no_float) if args.only in c[0] or args.only in c[1]]
     for group, name, spec in entries:
-        res = measure(spec, args.rounds, args.warmup, args.budget)
+        res = measure(spec, args.rounds, args.warmup, args.budget, engines)
         e, lr, lx = (res[k] for k in ENGINES)
+        if args.xnnpack_delegate:
+            d = res[DELEGATED]
+            delegated.append([name] + ([f"{lx['ms']:.3f}", f"{d['ms']:.3f}", f"{(d['ms'] / lx['ms'] - 1) * 100:+.1f}%",
+                                        f"{(d['cpu_ms'] / lx['cpu_ms'] - 1) * 100:+.1f}%"]
+                                       if "ms" in d and "ms" in lx else ["-", d.get("error", "-"), "-", "-"]))
         cells = [name]
         for r in (e, lr, lx):
             cells.append(f"{r['ms']:.3f}" if "ms" in r else f"error: {r['error']}")
@@ -321,6 +335,12 @@ def main() -> int:
         worst = max(rs)
         lines.append(f"| {group} | {len(rs)} | {_geomean([r for r, _, _ in rs]):.2f}x | "
                      f"{_geomean(cpu_ratios[group]):.2f}x | {worst[0]:.2f}x ({worst[1]}) |")
+    if delegated:
+        lines += ["", ("edgerun with delegates=['xnnpack'] against LiteRT+XNNPACK alone (overhead = edgerun's "
+                       "median / LiteRT's - 1; the 5 % target applies to models above 0.3 ms):"), "",
+                  "| model | LiteRT+XNNPACK ms | edgerun delegates=['xnnpack'] ms | overhead | same, CPU time |",
+                  "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(r) + " |" for r in delegated]
     slowest = sorted((r for rs in ratios.values() for r in rs), reverse=True)[:args.profile]
     for ratio, name, spec in slowest:
         lines.append("")

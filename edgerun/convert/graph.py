@@ -24,7 +24,7 @@ FUSABLE = fused_activation_ops()
 FOLDABLE_ACTIVATIONS = {"RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 
 
-def fold_activations(g: "Graph") -> int:
+def fold_activations(g: Graph) -> int:
     """Fold each standalone RELU / RELU_N1_TO_1 / RELU6 into the op that produces its input, as
     TensorFlow's converter does, when that op can carry a fused activation (not CONCATENATION:
     LiteRT refuses one there), has none yet, has one output, and the RELU is its only reader
