@@ -28,10 +28,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import struct
 from pathlib import Path
 
+from edgerun._fs import read_regular
 from edgerun.errors import BundleError, BundleIntegrityError
 
 MAGIC = b"\x89ERB\r\n\x1a\n"
@@ -132,32 +132,9 @@ def unpack(data: bytes | bytearray | memoryview, *, max_bytes: int = MAX_BYTES) 
 
 
 def read_file(path, *, max_bytes: int = MAX_BYTES) -> bytes:
-    """Read a bundle file, refusing non-regular files and files over ``max_bytes``."""
-    p = Path(path)
-    try:
-        # symlinks are followed (a board's `current` link is one); O_NONBLOCK: a FIFO does not block
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise BundleError(f"cannot open bundle {str(p)!r}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise BundleError(f"{str(p)!r} is not a regular file")
-        if st.st_size > max_bytes:
-            raise BundleError(f"bundle {str(p)!r} is {st.st_size} bytes, over the {max_bytes}-byte limit")
-        chunks, left = [], st.st_size + 1  # one extra byte notices a file that grew meanwhile
-        while left > 0:
-            b = os.read(fd, min(left, 1 << 24))
-            if not b:
-                break
-            chunks.append(b)
-            left -= len(b)
-        data = b"".join(chunks)
-        if len(data) > max_bytes:
-            raise BundleError(f"bundle {str(p)!r} is over the {max_bytes}-byte limit")
-        return data
-    finally:
-        os.close(fd)
+    """Read a bundle file, refusing non-regular files (without blocking on a FIFO) and files
+    over ``max_bytes``; symlinks are followed (a board's ``current`` link is one)."""
+    return read_regular(path, limit=max_bytes, what="bundle", error=BundleError)
 
 
 def extract(members: list[tuple[str, bytes | memoryview]], directory) -> list[Path]:
