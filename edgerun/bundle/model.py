@@ -64,7 +64,9 @@ def _prepare_one(io: dict, value) -> np.ndarray:
     return preprocess_image(value, spec, shape=shape, dtype=dt, scale=scale, zero_point=zp)
 
 
-def _prepare_inputs(inputs: list[dict], value) -> list[np.ndarray]:
+def prepare_inputs(inputs: list[dict], value) -> list[np.ndarray]:
+    """A user's case (one value, a list in input order, or a dict by name) to one array per manifest
+    input; ``predict`` and the packager's golden inputs both go through here."""
     if isinstance(value, dict):
         names = [io["name"] for io in inputs]
         unknown = set(value) - set(names)
@@ -83,7 +85,8 @@ def _prepare_inputs(inputs: list[dict], value) -> list[np.ndarray]:
     return [_prepare_one(inputs[0], value)]
 
 
-def _run(interp, inputs: list[dict], outputs: list[dict], xs: list[np.ndarray]) -> list[np.ndarray]:
+def run_case(interp, inputs: list[dict], outputs: list[dict], xs: list[np.ndarray]) -> list[np.ndarray]:
+    """Set the inputs, invoke, return the outputs in manifest order."""
     for io, x in zip(inputs, xs):
         interp.set_tensor(io["index"], x)
     interp.invoke()
@@ -221,8 +224,8 @@ class BundleModel:
                 raise InputMismatchError("predict() needs an input (this bundle has no golden vectors)")
             xs = list(self.bundle.golden[0][0])
         else:
-            xs = _prepare_inputs(self.inputs, x)
-        outs = _run(self.interpreter, self.inputs, self.outputs, xs)
+            xs = prepare_inputs(self.inputs, x)
+        outs = run_case(self.interpreter, self.inputs, self.outputs, xs)
         return Prediction({io["name"]: y for io, y in zip(self.outputs, outs)}, self.outputs, self.labels)
 
     def verify(self, tolerance: float | None = None) -> dict:

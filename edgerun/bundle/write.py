@@ -15,7 +15,7 @@ from edgerun._fs import atomic_write, check_output, read_regular
 from edgerun.bundle import archive, signing
 from edgerun.bundle import golden as _golden
 from edgerun.bundle import manifest as _manifest
-from edgerun.bundle.model import _prepare_inputs, _run
+from edgerun.bundle.model import prepare_inputs, run_case
 from edgerun.bundle.read import MANIFEST, MODEL, SIGNATURE
 from edgerun.errors import BundleError, EdgerunError
 
@@ -204,11 +204,11 @@ def write_bundle(model, out_path, *, target: str = "cpu", labels=None, sign_key=
     if golden_inputs is None:
         cases_in = _golden.default_inputs(inputs, model_sha)
     else:
-        cases_in = [_prepare_inputs(inputs, case) for case in golden_inputs]
+        cases_in = [prepare_inputs(inputs, case) for case in golden_inputs]
     total = len(cases_in) + 1
     cases = []
     for n, xs in enumerate(cases_in):
-        outs = _run(interp, inputs, outputs, xs)
+        outs = run_case(interp, inputs, outputs, xs)
         cases.append((xs, outs))
         if progress:
             progress(n + 1, total)
