@@ -135,6 +135,32 @@ def test_mediapipe_style_model_on_cortex_m4(board):
     assert report["ok"], report
 
 
+def test_streaming_wakeword_state_on_cortex_m4(board):
+    """microWakeWord's hey_mycroft (resource variables, CALL_ONCE) frame by frame against one
+    LiteRT interpreter (skipped when the pymicro-wakeword wheel is not cached)."""
+    import numpy as np
+    from test_firmware_streaming import WAKEWORD
+
+    path = WAKEWORD / "hey_mycroft.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} not cached")
+    model = path.read_bytes()
+    _q, url = board
+    it = make_interpreter(model, reference=True)
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    rng = np.random.default_rng(1)
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        for step in range(12):
+            x = np.clip(rng.normal(0, 40, size=inp["shape"]) + 30 * np.sin(step / 3), -128, 127).astype(np.int8)
+            it.set_tensor(inp["index"], x)
+            it.invoke()
+            got, _ = run_with_link(link, [x])
+            assert got[0].tobytes() == it.get_tensor(out["index"]).tobytes(), step
+
+
 def test_second_board_cortex_m7(tmp_path):
     """A second board profile: the same firmware built for the Cortex-M7 of QEMU's mps2-an500
     (FPv5 FPU, its own board.h) runs the op models and MLPerf Tiny's KWS model bit-exactly."""

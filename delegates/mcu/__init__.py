@@ -76,6 +76,9 @@ def _firmware_op_table() -> dict[str, OpCaps]:
     from edgerun_delegates.mcu.firmware import load_caps
 
     def pair_rule(pairs):
+        if pairs == [["*"]]:  # ops on resource variables: no tensor-type pair
+            return lambda ctx: None
+
         def rule(ctx):
             g = ctx.graph
             ins, outs = [i for i in ctx.op.inputs], list(ctx.op.outputs)
@@ -94,7 +97,7 @@ def _firmware_op_table() -> dict[str, OpCaps]:
     out = {}
     for name, row in load_caps()["ops"].items():
         pairs = [list(p) for p in row["types"]]
-        dtypes = frozenset("*" if p[0] == "same" else p[0] for p in pairs)
+        dtypes = frozenset("*" if p[0] in ("same", "*") else p[0] for p in pairs)
         out[name] = OpCaps(dtypes, (pair_rule(pairs),), note="firmware/src/caps.h")
     return out
 

@@ -111,6 +111,29 @@ def _lifetimes(g, facts):
     return used, first, last
 
 
+def _variables(m, g) -> dict[str, int]:
+    """Resource variables: shared_name -> bytes of the initial value CALL_ONCE's subgraph assigns."""
+    out = {}
+    for op in g.operators:
+        if m.op_name(op) != "CALL_ONCE":
+            continue
+        idx = int((op.options or {}).get("init_subgraph_index", -1))
+        if not 0 < idx < len(m.subgraphs):
+            continue
+        sg = m.subgraphs[idx]
+        names = {}
+        for iop in sg.operators:
+            if m.op_name(iop) == "VAR_HANDLE" and iop.outputs:
+                names[iop.outputs[0]] = (iop.options or {}).get("shared_name")
+            elif m.op_name(iop) == "ASSIGN_VARIABLE" and len(iop.inputs) == 2:
+                t = sg.tensors[iop.inputs[1]]
+                n = 1
+                for d in t.shape:
+                    n *= int(d)
+                out[names.get(iop.inputs[0])] = n * _TYPE_SIZES.get(t.dtype, 0)
+    return out
+
+
 def _plan(facts, used, first, last) -> int:
     """firmware/src/model.c plan_arena: largest first (ties by index), lowest offset that does not
     overlap a placed tensor alive at the same time; 16-byte aligned sizes."""
@@ -118,7 +141,8 @@ def _plan(facts, used, first, last) -> int:
         dims, dtype, count, _ = facts[i]
         return ((count or 0) * _TYPE_SIZES.get(dtype, 0) + 15) & ~15
 
-    order = sorted((i for i in range(len(facts)) if used[i] and not facts[i][3]), key=lambda i: (-size(i), i))
+    order = sorted((i for i in range(len(facts)) if used[i] and not facts[i][3] and facts[i][1] != "resource"),
+                   key=lambda i: (-size(i), i))
     placed, total = [], 0
     for i in order:
         s, off, moved = size(i), 0, True
@@ -205,7 +229,7 @@ def firmware_accepts(model, board: str) -> list[str]:
         return reasons
     used, first, last = _lifetimes(g, facts)
     for i, (_d, dtype, count, _c) in enumerate(facts):
-        if used[i] and (count == 0 or dtype not in _TYPE_SIZES):
+        if used[i] and dtype != "resource" and (count == 0 or dtype not in _TYPE_SIZES):
             reasons.append(f"tensor {i} '{g.tensors[i].name}' is empty or of a type the firmware lacks ({dtype})")
     work, pool = 0, _pool_bytes(m, g, facts)
     for k, op in enumerate(g.operators):
@@ -214,6 +238,8 @@ def firmware_accepts(model, board: str) -> list[str]:
             reasons.append(f"op {k} ({name}) is not in the firmware's op table")
             continue
         ins, outs = list(op.inputs), list(op.outputs)
+        if caps["ops"][name] == [["*"]]:  # CALL_ONCE / VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE
+            continue
         if len(ins) > lim["max_op_inputs"] or not 1 <= len(outs) <= lim["max_op_outputs"]:
             reasons.append(f"op {k} ({name}) has {len(ins)} inputs and {len(outs)} outputs")
             continue
@@ -266,4 +292,6 @@ def _pool_bytes(m, g, facts) -> int:
             pool += (4 * len(facts[ins[0]][0]) + 7) & ~7
         elif name in ("PACK", "UNPACK", "SPLIT", "SPLIT_V"):
             pool += (4 * (len(ins) if name == "PACK" else len(outs)) + 7) & ~7
+    for nbytes in _variables(m, g).values():  # variable storage
+        pool += (nbytes + 7) & ~7
     return pool

@@ -6,7 +6,7 @@
  *
  * X(code, NAME, types): the TFLite builtin operator code, its schema name, and the accepted
  * "input>output" tensor type pairs (the data input: input 1 for SPLIT, 2 for TRANSPOSE_CONV, input 0 otherwise) separated by '|' ("same>same": any type, output type equal
- * to the input's). er_kernel_prepare refuses every op missing here and every type pair not
+ * to the input's; "*": ops on resource variables, no pair). er_kernel_prepare refuses every op missing here and every type pair not
  * listed for it, before the op's own shape checks. */
 #ifndef ER_CAPS_H
 #define ER_CAPS_H
@@ -31,7 +31,7 @@
     X(43, SQUEEZE, "same>same")                          \
     X(60, PADV2, "int8>int8")                            \
     X(70, EXPAND_DIMS, "same>same")                      \
-    X(114, QUANTIZE, "float32>int8|int8>int8")           \
+    X(114, QUANTIZE, "float32>int8|int8>int8|int8>uint8")           \
     X(5, DEPTH_TO_SPACE, "same>same")                    \
     X(26, SPACE_TO_DEPTH, "same>same")                   \
     X(28, TANH, "int8>int8")                             \
@@ -60,7 +60,11 @@
     X(101, ABS, "int8>int8")                             \
     X(126, BATCH_MATMUL, "int8>int8")                    \
     X(67, TRANSPOSE_CONV, "int8>int8")                   \
-    X(23, RESIZE_BILINEAR, "int8>int8")
+    X(23, RESIZE_BILINEAR, "int8>int8")                  \
+    X(129, CALL_ONCE, "*")                               \
+    X(142, VAR_HANDLE, "*")                              \
+    X(143, READ_VARIABLE, "*")                           \
+    X(144, ASSIGN_VARIABLE, "*")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

@@ -25,6 +25,8 @@ static void *pool_alloc(uint32_t bytes) {
     return er_arena + pool_top;
 }
 
+void *er_kernel_alloc(uint32_t bytes) { return pool_alloc(bytes); }
+
 /* ---- fixed point --------------------------------------------------------------------------- */
 static int32_t srdhm(int32_t a, int32_t b) {
     if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
@@ -345,6 +347,10 @@ static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     if (in->count != out->count) FAIL("shape mismatch");
     if (n->op == 114) { /* QUANTIZE */
+        if (out->type == ER_TYPE_UINT8 && out->scales.n == 1 && is_i8(in)) { /* int8 -> uint8 requantize */
+            er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
+            return ER_OK;
+        }
         if (!is_i8(out) || out->scales.n != 1) UNSUP("output must be per-tensor int8");
         if (in->type == ER_TYPE_FLOAT32) return ER_OK;
         if (is_i8(in)) {
@@ -951,6 +957,48 @@ static void eval_resize_bilinear(er_model *m, er_node *n) {
         }
 }
 
+
+/* ---- resource variables (streaming state): CALL_ONCE, VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE */
+static int prep_var(er_model *m, er_node *n, char *err, size_t errlen) {
+    if (n->op == 129) { /* CALL_ONCE */
+        if (n->n_in || n->n_out) FAIL("CALL_ONCE takes no tensors");
+        if (m->init_subgraph >= 0) UNSUP("more than one CALL_ONCE");
+        int rc = er_model_read_init(m, n->alpha_i, err, errlen);
+        if (rc != ER_OK) return rc;
+        m->init_subgraph = n->alpha_i;
+        return ER_OK;
+    }
+    if (n->op == 142) { /* VAR_HANDLE */
+        if (n->n_in || n->n_out != 1 || tout(m, n)->type != ER_TYPE_RESOURCE) FAIL("VAR_HANDLE writes one resource tensor");
+        if (n->alpha_i < 0) UNSUP("VAR_HANDLE without a shared_name, or more than %d variables", ER_MAX_VARS);
+        tout(m, n)->var = (int16_t)n->alpha_i;
+        return ER_OK;
+    }
+    er_tensor *r = tin(m, n, 0);
+    er_tensor *v = n->op == 143 ? (n->n_out == 1 ? tout(m, n) : NULL) : tin(m, n, 1);
+    if (!r || r->type != ER_TYPE_RESOURCE || r->var < 0 || !v || v->type == ER_TYPE_RESOURCE ||
+        (n->op == 143 ? n->n_in != 1 : (n->n_in != 2 || n->n_out != 0)))
+        FAIL("%s needs a variable handle and a value", n->op == 143 ? "READ_VARIABLE" : "ASSIGN_VARIABLE");
+    er_var *var = &m->vars[r->var];
+    if (var->bytes && var->bytes != v->bytes) FAIL("variable of %u bytes used with %u", (unsigned)var->bytes, (unsigned)v->bytes);
+    var->bytes = v->bytes;
+    return ER_OK;
+}
+
+static void eval_var(er_model *m, er_node *n) {
+    if (n->op == 129) {
+        if (!m->init_done)
+            for (uint32_t v = 0; v < m->n_vars; v++) memcpy(m->vars[v].data, m->vars[v].init, m->vars[v].bytes);
+        m->init_done = 1;
+    } else if (n->op == 143) {
+        er_var *var = &m->vars[tin(m, n, 0)->var];
+        memcpy(er_model_tensor_data(m, n->out), var->data, var->bytes);
+    } else if (n->op == 144) {
+        er_var *var = &m->vars[tin(m, n, 0)->var];
+        memcpy(var->data, er_model_tensor_data(m, n->in[1]), var->bytes);
+    }
+}
+
 static const char *type_name(uint8_t t) {
     switch (t) {
         case ER_TYPE_FLOAT32: return "float32";
@@ -990,6 +1038,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
     if (!types)
         UNSUP("unsupported op %s (builtin code %u); this firmware runs:" ER_OP_TABLE(ER_OP_NAME_LIST),
               er_op_name(n->op), (unsigned)n->op);
+    if (types[0] == '*') return prep_var(m, n, err, errlen); /* ops on variables: no tensor-type pair */
     if (n->n_in == 0 || n->in[0] < 0) FAIL("missing input");
     const int data = n->op == 49 ? 1 : (n->op == 67 ? 2 : 0); /* SPLIT: input 0 is the axis; TRANSPOSE_CONV: the shape */
     if (!tin(m, n, data)) FAIL("missing input");
@@ -1032,6 +1081,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
 /* Work of one prepared node per inference (multiply-accumulates or element visits), for the
  * model's work budget (ER_MAX_WORK). 64-bit: each factor is at most 2^26. */
 uint64_t er_kernel_work(er_model *m, er_node *n) {
+    if (n->op == 129 || n->op == 142 || n->op == 144) return 1;
     uint64_t w = 0;
     for (int k = 0; k < n->n_out; k++) w += m->tensors[n->outs[k]].count;
     for (int k = 0; k < n->n_in; k++)
@@ -1322,6 +1372,9 @@ static void eval_quantize(er_model *m, er_node *n) {
             memcpy(&v, src + 4 * i, 4);
             const int32_t q = wadd(f2i(roundf(v / out->scale)), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
+        } else if (out->type == ER_TYPE_UINT8) {
+            const int32_t q = wadd(er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift), out->zp);
+            dst[i] = (uint8_t)clampi(q, 0, 255);
         } else {
             const int32_t q = wadd(er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
@@ -1568,6 +1621,7 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 56: case 79: eval_arg_max(m, n); return 0;
         case 126: eval_batch_matmul(m, n); return 0;
         case 67: eval_transpose_conv(m, n); return 0;
+        case 129: case 142: case 143: case 144: eval_var(m, n); return 0;
         case 36: return eval_gather(m, n);
         case 100: eval_mirror_pad(m, n); return 0;
         case 49: case 83: case 88: case 102: eval_pieces(m, n); return 0;

@@ -58,6 +58,7 @@ static int buffer_data(er_model *m, const fb_vec *buffers, uint32_t index, const
 static int read_tensor(er_model *m, const fb_vec *buffers, fb_table *t, er_tensor *out, char *err,
                        size_t errlen, uint32_t idx) {
     memset(out, 0, sizeof *out);
+    out->var = -1;
     fb_vec shape;
     fb_vector(t, 0, 4, &shape);
     if (shape.n > ER_MAX_DIMS) {
@@ -141,7 +142,6 @@ static int read_tensor(er_model *m, const fb_vec *buffers, fb_table *t, er_tenso
 }
 
 static int read_options(er_model *m, fb_table *opt, er_node *n) {
-    (void)m;
     n->stride_w = n->stride_h = 1;
     n->dil_w = n->dil_h = 1;
     n->beta = 1.0f;
@@ -182,6 +182,8 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
             n->padding = fb_u8(opt, 0, 0); n->stride_w = fb_i32(opt, 1, 0); n->stride_h = fb_i32(opt, 2, 0);
             n->act = fb_u8(opt, 3, 0);
             break;
+        case 129: n->alpha_i = fb_i32(opt, 0, -1); break;               /* CALL_ONCE: init subgraph */
+        case 142: n->alpha_i = er_model_var(m, opt); break;             /* VAR_HANDLE: variable index */
         case 126: n->flag1 = fb_u8(opt, 0, 0); n->flag2 = fb_u8(opt, 1, 0); break; /* BATCH_MATMUL: adj_x, adj_y */
         case 49: case 102: n->alpha_i = fb_i32(opt, 0, 0); break;       /* SPLIT, SPLIT_V: num_splits */
         case 83: case 88: n->alpha_i = fb_i32(opt, 0, 0); n->axis = fb_i32(opt, 1, 0); break; /* PACK, UNPACK */
@@ -208,7 +210,7 @@ static int plan_arena(er_model *m, char *err, size_t errlen) {
     uint32_t n = 0, np = 0;
     uint64_t total = 0;
     for (uint32_t i = 0; i < m->n_tensors; i++)
-        if (m->tensors[i].used && !m->tensors[i].is_const) order[n++] = (int16_t)i;
+        if (m->tensors[i].used && !m->tensors[i].is_const && m->tensors[i].type != ER_TYPE_RESOURCE) order[n++] = (int16_t)i;
     for (uint32_t i = 1; i < n; i++) { /* insertion sort: size desc, index asc */
         int16_t k = order[i];
         uint32_t j = i;
@@ -259,6 +261,7 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
     err[0] = 0;
     m->fb.data = data;
     m->fb.size = size;
+    m->init_subgraph = -1;
     fb_table root;
     if (size < 8 || memcmp(data + 4, "TFL3", 4) != 0)
         return bad(err, errlen, ER_ERR_MODEL_INVALID, "not a TFLite model (no TFL3 identifier)", NULL);
@@ -337,7 +340,8 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
         fb_vector(&ot, 1, 4, &oin);
         fb_vector(&ot, 2, 4, &oout);
         if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator vectors", &m->fb);
-        if (oin.n > ER_MAX_OP_INPUTS || oout.n < 1 || oout.n > ER_MAX_OP_OUTPUTS) {
+        const int no_out = n->op == 144 || n->op == 129; /* ASSIGN_VARIABLE, CALL_ONCE write no tensor */
+        if (oin.n > ER_MAX_OP_INPUTS || oout.n > ER_MAX_OP_OUTPUTS || (oout.n < 1 && !no_out) || (no_out && oout.n)) {
             snprintf(err, errlen, "op %u (%s) has %u inputs and %u outputs", (unsigned)i, er_op_name(n->op),
                      (unsigned)oin.n, (unsigned)oout.n);
             return ER_ERR_MODEL_INVALID;
@@ -360,7 +364,7 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
             if (k >= oin.n && tt->is_const)
                 return bad(err, errlen, ER_ERR_MODEL_INVALID, "an op writes a constant tensor", NULL);
         }
-        n->out = n->outs[0];
+        n->out = n->n_out ? n->outs[0] : -1;
         fb_table_field(&ot, 4, &opt);
         if (!read_options(m, &opt, n)) {
             snprintf(err, errlen, "op %u (%s): unsupported options", (unsigned)i, er_op_name(n->op));
@@ -374,7 +378,7 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
     for (uint32_t i = 0; i < m->n_tensors; i++) {
         er_tensor *tt = &m->tensors[i];
         if (tt->used && !tt->is_const && tt->first == 0x7FFFFFFF) tt->first = 0;
-        if (tt->used && (tt->count == 0 || type_size(tt->type) == 0)) {
+        if (tt->used && tt->type != ER_TYPE_RESOURCE && (tt->count == 0 || type_size(tt->type) == 0)) {
             snprintf(err, errlen, "tensor %u is empty or of an unsupported type (%u)", (unsigned)i, (unsigned)tt->type);
             return ER_ERR_MODEL_INVALID;
         }
@@ -391,6 +395,16 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
         }
         work += er_kernel_work(m, &m->nodes[i]); /* each node <= 2^47 (filters live in a slot <= 2^24): no wrap */
     }
+    for (uint32_t v = 0; v < m->n_vars; v++) { /* variable storage, from the prepared-data pool */
+        er_var *var = &m->vars[v];
+        if (!var->init || !var->bytes) {
+            snprintf(err, errlen, "variable %.*s has no initial value (CALL_ONCE init subgraph)", (int)(var->name_len > 60 ? 60 : var->name_len),
+                     (const char *)var->name);
+            return ER_ERR_UNSUPPORTED_OP;
+        }
+        var->data = er_kernel_alloc(var->bytes);
+        if (!var->data) return bad(err, errlen, ER_ERR_ARENA_TOO_SMALL, "no RAM left for the model's variables", NULL);
+    }
     if (work > ER_MAX_WORK) {
         snprintf(err, errlen, "model needs %llu operations per inference (limit %llu)", (unsigned long long)work,
                  (unsigned long long)ER_MAX_WORK);
@@ -398,7 +412,80 @@ int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, si
     }
     int rc = plan_arena(m, err, errlen);
     if (rc != ER_OK) return rc;
+    m->init_done = 0;
     m->loaded = 1;
+    return ER_OK;
+}
+
+int er_model_var(er_model *m, const fb_table *opt) {
+    fb_vec name;
+    if (!fb_vector(opt, 1, 1, &name) || name.n == 0 || m->fb.bad) return -1;
+    const uint8_t *p = m->fb.data + name.start;
+    for (uint32_t v = 0; v < m->n_vars; v++)
+        if (m->vars[v].name_len == name.n && memcmp(m->vars[v].name, p, name.n) == 0) return (int)v;
+    if (m->n_vars >= ER_MAX_VARS) return -1;
+    er_var *var = &m->vars[m->n_vars];
+    memset(var, 0, sizeof *var);
+    var->name = p;
+    var->name_len = name.n;
+    return (int)m->n_vars++;
+}
+
+int er_model_read_init(er_model *m, int32_t index, char *err, size_t errlen) {
+    fb_table root, sg, ot, ct, opt, tt;
+    fb_vec subgraphs, codes, buffers, tensors, ops;
+    if (!fb_root(&m->fb, &root)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad root table", &m->fb);
+    fb_vector(&root, ST_CODES, 4, &codes);
+    fb_vector(&root, ST_SUBGRAPHS, 4, &subgraphs);
+    fb_vector(&root, ST_BUFFERS, 4, &buffers);
+    if (index <= 0 || (uint32_t)index >= subgraphs.n || !fb_vector_table(&m->fb, &subgraphs, (uint32_t)index, &sg))
+        return bad(err, errlen, ER_ERR_MODEL_INVALID, "CALL_ONCE names no subgraph", &m->fb);
+    fb_vector(&sg, 0, 4, &tensors);
+    fb_vector(&sg, 3, 4, &ops);
+    if (m->fb.bad || ops.n > 4u * ER_MAX_VARS) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad init subgraph", &m->fb);
+    int16_t handle_var[4 * ER_MAX_VARS];
+    uint32_t handle_tensor[4 * ER_MAX_VARS], nh = 0;
+    for (uint32_t i = 0; i < ops.n; i++) {
+        if (!fb_vector_table(&m->fb, &ops, i, &ot)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad init operator", &m->fb);
+        uint32_t ci = fb_u32(&ot, 0, 0);
+        if (ci >= codes.n || !fb_vector_table(&m->fb, &codes, ci, &ct)) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad operator code", &m->fb);
+        int32_t dep = (int8_t)fb_u8(&ct, 0, 0), code = fb_i32(&ct, 3, 0);
+        uint32_t op = (uint32_t)(code > dep ? code : dep);
+        fb_vec oin, oout;
+        fb_vector(&ot, 1, 4, &oin);
+        fb_vector(&ot, 2, 4, &oout);
+        if (m->fb.bad) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad init operator", &m->fb);
+        if (op == 142 && oout.n == 1) { /* VAR_HANDLE */
+            fb_table_field(&ot, 4, &opt);
+            int v = er_model_var(m, &opt);
+            int32_t t = fb_vec_i32(&m->fb, &oout, 0);
+            if (v < 0 || t < 0 || (uint32_t)t >= tensors.n) return bad(err, errlen, ER_ERR_MODEL_INVALID, "bad VAR_HANDLE in the init subgraph", &m->fb);
+            handle_var[nh] = (int16_t)v;
+            handle_tensor[nh++] = (uint32_t)t;
+        } else if (op == 144 && oin.n == 2) { /* ASSIGN_VARIABLE of a constant */
+            int32_t rt = fb_vec_i32(&m->fb, &oin, 0), vt = fb_vec_i32(&m->fb, &oin, 1);
+            int v = -1;
+            for (uint32_t h = 0; h < nh; h++) if ((int32_t)handle_tensor[h] == rt) v = handle_var[h];
+            if (v < 0 || vt < 0 || (uint32_t)vt >= tensors.n || !fb_vector_table(&m->fb, &tensors, (uint32_t)vt, &tt))
+                return bad(err, errlen, ER_ERR_MODEL_INVALID, "ASSIGN_VARIABLE in the init subgraph without its handle", &m->fb);
+            er_tensor value;
+            int rc = read_tensor(m, &buffers, &tt, &value, err, errlen, (uint32_t)vt);
+            if (rc != ER_OK) return rc;
+            if (!value.is_const) {
+                snprintf(err, errlen, "the init subgraph may only assign constants");
+                return ER_ERR_UNSUPPORTED_OP;
+            }
+            m->vars[v].init = value.cdata;
+            if (m->vars[v].bytes && m->vars[v].bytes != value.bytes) {
+                snprintf(err, errlen, "variable assigned %u and %u bytes", (unsigned)m->vars[v].bytes, (unsigned)value.bytes);
+                return ER_ERR_MODEL_INVALID;
+            }
+            m->vars[v].bytes = value.bytes;
+        } else {
+            snprintf(err, errlen, "the init subgraph may only hold VAR_HANDLE and ASSIGN_VARIABLE (op %u is %s)", (unsigned)i, er_op_name(op));
+            return ER_ERR_UNSUPPORTED_OP;
+        }
+    }
     return ER_OK;
 }
 

@@ -11,6 +11,8 @@
 
 #define ER_MAX_OP_INPUTS 8
 #define ER_MAX_OP_OUTPUTS 16 /* SPLIT / SPLIT_V / UNPACK */
+#define ER_TYPE_RESOURCE 13  /* TensorType RESOURCE: a handle to a resource variable, no data */
+#define ER_MAX_VARS 32       /* resource variables (streaming state) per model */
 
 typedef struct {
     uint8_t type, ndim, is_const, used;
@@ -23,7 +25,17 @@ typedef struct {
     int32_t qdim;
     int32_t first, last;      /* op indices of first write / last read */
     uint32_t off;             /* arena offset */
+    int16_t var;              /* RESOURCE tensors: the variable (index in er_model.vars), else -1 */
 } er_tensor;
+
+/* A resource variable: state kept across invokes (streaming models). Its storage is prepared
+ * data at the top of the arena; CALL_ONCE copies the initial value in at the first invoke. */
+typedef struct {
+    const uint8_t *name;      /* shared_name, inside the model */
+    uint32_t name_len, bytes;
+    const uint8_t *init;      /* constant initial value (init subgraph), bytes long */
+    uint8_t *data;
+} er_var;
 
 typedef struct {
     uint32_t op;              /* BuiltinOperator code */
@@ -58,12 +70,20 @@ typedef struct {
     int16_t inputs[ER_MAX_IO], outputs[ER_MAX_IO];
     uint32_t arena_bytes;     /* RAM the model uses: activations + prepared data + tables */
     uint32_t meta_bytes;      /* tables and prepared data at the top of the arena */
+    er_var vars[ER_MAX_VARS];
+    uint32_t n_vars;
+    int32_t init_subgraph;    /* CALL_ONCE's subgraph, -1 without */
+    int init_done;
     int loaded;
 } er_model;
 
 /* Load and prepare; returns ER_OK or an ER_ERR_* code with a message in err. */
 int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, size_t errlen);
 int er_model_invoke(er_model *m, char *err, size_t errlen);
+/* the variable named by a VarHandleOptions table (created on first use); -1 when full or unnamed */
+int er_model_var(er_model *m, const fb_table *var_handle_options);
+/* CALL_ONCE's init subgraph: VAR_HANDLE / ASSIGN_VARIABLE of constants only; records initial values */
+int er_model_read_init(er_model *m, int32_t subgraph, char *err, size_t errlen);
 uint8_t *er_model_tensor_data(er_model *m, int16_t t);
 const char *er_op_name(uint32_t code);
 /* The arena the model runs in (board RAM for activations). */
@@ -75,6 +95,7 @@ uint32_t er_pool_top(void);
 int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen);
 int er_kernel_eval(er_model *m, er_node *n);
 uint64_t er_kernel_work(er_model *m, er_node *n);
+void *er_kernel_alloc(uint32_t bytes); /* prepared data (pool at the top of the arena) */
 int32_t er_mbqm(int32_t x, int32_t mult, int32_t shift);
 void er_quantize_multiplier(double real, int32_t *mult, int32_t *shift);
 #endif
