@@ -11,9 +11,9 @@ rare large values carry the answer. ``auto`` chooses per tensor:
    parameters are extra graph *inputs* (so a candidate is tried by setting four scalars, not by
    rebuilding a model), and the weights of CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED /
    TRANSPOSE_CONV are replaced by their per-channel int8 values, dequantized;
-3. starting from mse everywhere, the tensors' parameter classes (tensors that must share one
+3. starting from the best single method (scored on the real int8 model), the tensors' parameter classes (tensors that must share one
    scale, as in :func:`edgerun.convert.quantize.quantize_graph`) are visited in graph order and each
-   takes the candidate with the lowest error at the model outputs on (up to) 16 calibration
+   takes the candidate with the lowest error at the model outputs on up to 160 calibration
    samples: the worst output's relative squared error, so the figure the report leads with is the
    one minimized. Candidates that are all but equal are tried once; a time budget bounds it.
 
@@ -35,7 +35,10 @@ CANDIDATES = (("mse", "mse", 99.99), ("minmax", "minmax", 99.99), ("percentile99
               ("percentile99.99", "percentile", 99.99), ("percentile99.999", "percentile", 99.999),
               ("entropy", "entropy", 99.99))
 #: samples the search scores candidates on, and its default time budget (seconds)
-SEARCH_SAMPLES = 64
+SEARCH_SAMPLES = 160
+MIN_SEARCH_SAMPLES = 48
+#: seconds of float invokes one candidate's score may take (sets the sample count for big models)
+SCORE_SECONDS = 1.5
 SEARCH_SECONDS = 30.0
 #: a simulated candidate must lower the error by this fraction to replace the current one (the
 #: simulation's rounding noise is not a gain)
@@ -194,18 +197,25 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
             full = observers[name].range("minmax")
             for r in per_method.values():
                 r[name] = full
-    idx = list(indices)
-    if len(idx) > samples:
-        idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
-    data = [source.sample(i) for i in idx]
     ref_it = make_interpreter(float_bytes, xnnpack=False)
     ref_it.allocate_tensors()
-    refs = []
-    for smp in data:
+
+    def run_ref(smp):
         for d, x in zip(ref_it.get_input_details(), smp):
             ref_it.set_tensor(d["index"], np.ascontiguousarray(x, np.float32))
         ref_it.invoke()
-        refs.append([ref_it.get_tensor(d["index"]).astype(np.float64) for d in ref_it.get_output_details()])
+        return [ref_it.get_tensor(d["index"]).astype(np.float64) for d in ref_it.get_output_details()]
+    idx = list(indices)
+    t1 = time.perf_counter()
+    run_ref(source.sample(idx[0]))
+    # as many samples as about SCORE_SECONDS of float invokes per candidate, within [MIN, samples]:
+    # the figures are noisy on few samples (a softmax output's error sits in a few of them)
+    fit = int(SCORE_SECONDS / max(time.perf_counter() - t1, 1e-4))
+    n = max(min(samples, fit), min(MIN_SEARCH_SAMPLES, samples))
+    if len(idx) > n:
+        idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, n).round()]
+    data = [source.sample(i) for i in idx]
+    refs = [run_ref(smp) for smp in data]
     sig = [sum(float(np.sum(r[k] ** 2)) for r in refs) or 1.0 for k in range(len(refs[0]))]
 
     def combine(err) -> float:
