@@ -45,8 +45,10 @@ def test_fuzzer_runs_clean(built, tmp_path, target, extra):
     assert len(list(seeds.iterdir())) >= 10, "seed corpus missing: python3 firmware/fuzz/make_corpus.py"
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0", UBSAN_OPTIONS="halt_on_error=1")
     # new inputs go to tmp_path (first corpus dir); the checked-in seeds are only read
+    # inputs that once crashed it (firmware/fuzz/regressions/) run first, with the seeds
+    regressions = [str(FIRMWARE / "fuzz" / "regressions")] if target == "fuzz_model" else []
     cmd = [str(built / target), f"-runs={RUNS}", "-max_total_time=150", "-timeout=10", "-rss_limit_mb=2048",
-           "-seed=1", "-print_final_stats=1", *extra, str(tmp_path), str(seeds)]
+           "-seed=1", "-print_final_stats=1", *extra, str(tmp_path), str(seeds), *regressions]
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     elapsed = time.monotonic() - t0
