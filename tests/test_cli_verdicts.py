@@ -199,26 +199,11 @@ def test_float_check_fails_on_a_wrong_result():
 
 
 def test_convert_refuses_a_nan_weight(tmp_path):
-    r = er("convert", "/work/shared/repro/nan_weight.onnx" if Path("/work/shared/repro/nan_weight.onnx").exists()
-           else _nan_model(tmp_path), "-o", tmp_path / "n.tflite", "--calib", REPO / "models/calib_digits.npz")
+    r = er("convert", REPO / "tests/data/repro/nan_weight.onnx", "-o", tmp_path / "n.tflite",
+           "--calib", REPO / "models/calib_digits.npz")
     assert r.returncode == 4 and "non-finite" in r.stderr and "conv1_weights" in r.stderr
     one_line_error(r)
     assert not (tmp_path / "n.tflite").exists()
-
-
-def _nan_model(tmp_path) -> Path:
-    import onnx
-    from onnx import numpy_helper
-
-    m = onnx.load(str(REPO / "models/digits_cnn.onnx"))
-    for init in m.graph.initializer:
-        if init.name == "conv1_weights":
-            a = numpy_helper.to_array(init).copy()
-            a.flat[0] = np.nan
-            init.CopyFrom(numpy_helper.from_array(a, init.name))
-    p = tmp_path / "nan.onnx"
-    onnx.save(m, str(p))
-    return p
 
 
 def test_convert_refuses_nan_calibration_data(tmp_path):

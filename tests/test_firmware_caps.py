@@ -7,6 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from edgerun_delegates.mcu import OPS, TFLM_OPS
+from edgerun_delegates.mcu.firmware import (
+    board_capabilities,
+    firmware_accepts,
+    firmware_arena_bytes,
+    load_caps,
+)
 from firmware_harness import FIRMWARE, raw_flash, tcp_firmware
 from firmware_models import mcu_small, op_models
 
@@ -14,10 +21,8 @@ from edgerun.deploy.serial_link import DeviceError, SerialLink
 from edgerun.ir import ModelBuilder
 from edgerun.schema.reader import read_model
 from edgerun.targets import BOARDS, parse_target
-from edgerun_delegates.mcu import OPS, TFLM_OPS
-from edgerun_delegates.mcu.firmware import board_capabilities, firmware_accepts, firmware_arena_bytes, load_caps
 
-REPRO = Path("/work/shared/repro")
+REPRO = Path(__file__).resolve().parent / "data" / "repro"
 
 
 def _gen():
@@ -137,16 +142,13 @@ CASES = {
     "mean_4097": lambda: _mean(4097),
     "arena_too_big": lambda: _unary("RELU", (1, 2000 * 1024)),
     "unquantized_int8": lambda: _unary("RELU", (1, 8), q=None, oq=None),
-    "fc_units_wrap": lambda: read_bytes_or_skip("fc_wrap"),
-    "pool_dims_overflow": lambda: read_bytes_or_skip("overflow_pool"),
+    "fc_units_wrap": lambda: read_repro("fc_wrap"),
+    "pool_dims_overflow": lambda: read_repro("overflow_pool"),
 }
 
 
-def read_bytes_or_skip(name):
-    p = REPRO / f"{name}.tflite"
-    if not p.exists():
-        pytest.skip(f"{p} not present")
-    return p.read_bytes()
+def read_repro(name):
+    return (REPRO / f"{name}.tflite").read_bytes()
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """Hostile models end in one clean ModelFormatError from allocate_tensors (or a bounded invoke):
-the repro files in /work/shared/repro (copied into the tree is not needed: each case is also
-built here in code) and the validation, memory-budget and work-budget cases of issue 11."""
+the repro files in tests/data/repro (each case is also built here in code) and the validation, memory-budget and work-budget cases of issue 11."""
 
 import os
 import subprocess
@@ -20,14 +19,11 @@ from edgerun.runtime.budget import parse_size
 from edgerun.testing import run_edgerun, run_litert
 
 ROOT = Path(__file__).resolve().parents[1]
-REPRO = Path(os.environ.get("EDGERUN_REPRO_DIR", "/work/shared/repro"))
+REPRO = Path(__file__).resolve().parent / "data" / "repro"
 
 
 def _repro(name: str) -> bytes:
-    p = REPRO / name
-    if not p.exists():
-        pytest.skip(f"{p} is not on this machine (the in-code cases below cover the same defect)")
-    return p.read_bytes()
+    return (REPRO / name).read_bytes()
 
 
 def _prepare(data: bytes, **kw) -> Interpreter:
@@ -141,7 +137,7 @@ def _child(data: bytes, kwargs: str, env: dict | None = None) -> str:
 
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_huge_tensor_refused_before_allocation(how):
-    data = _repro("huge_1g_float.tflite") if (REPRO / "huge_1g_float.tflite").exists() else _huge_relu()
+    data = _repro("huge_1g_float.tflite")
     if how == "argument":
         out = _child(data, "{'memory_budget': '256M'}")
     else:
@@ -171,7 +167,7 @@ def test_default_memory_budget_is_half_the_available_memory_up_to_1_gib(monkeypa
 
 
 def test_huge_tensor_refused_by_default():
-    data = _repro("huge_1g_float.tflite") if (REPRO / "huge_1g_float.tflite").exists() else _huge_relu()
+    data = _repro("huge_1g_float.tflite")
     out = _child(data, "{}", {"EDGERUN_MEMORY_BUDGET": ""})  # empty: the default applies
     assert "refused: subgraph 0: the activation arena brings the model to 2.0 GiB" in out, out
     assert float(out.split("seconds=")[1]) < 5
@@ -432,7 +428,7 @@ def test_greater_bool_output_matches_litert():
     b.op("GREATER", [a, c], [y])
     b.output(y)
     xs = [np.array([1, 2, 3, 4], np.float32), np.array([4, 2, 1, 5], np.float32)]
-    for data in (b.to_bytes(),) + ((_repro("greater_bool.tflite"),) if (REPRO / "greater_bool.tflite").exists() else ()):
+    for data in (b.to_bytes(),) + (_repro("greater_bool.tflite"),):
         got = run_edgerun(data, xs)[0]
         assert got.dtype == np.bool_
         np.testing.assert_array_equal(got, run_litert(data, xs)[0])
