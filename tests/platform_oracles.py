@@ -160,9 +160,20 @@ def _replaced() -> dict[str, str]:
     return out
 
 
+#: files whose tests draw inputs from one module-level generator: what a test gets depends on the tests
+#: run before it in that file, so the host records the whole file and the device runs it the same way
+#: (pytest-xdist ``--dist loadfile``: one worker, file order)
+WHOLE_FILES = ("tests/test_ops_hybrid.py",)
+
+
 def all_cases() -> list[str]:
-    """Every test id this plugin may re-judge (what the host records)."""
+    """Every test id this plugin may re-judge."""
     return [t for why, ids in DIFFERS_FROM_TFLITE_RUNTIME_214 + DIFFERS_ON_ARM for t in ids]
+
+
+def record_args() -> list[str]:
+    """pytest arguments that record every case: the ids, and the WHOLE_FILES in file order."""
+    return list(WHOLE_FILES) + [t for t in all_cases() if t.split("::")[0] not in WHOLE_FILES]
 #: cases whose oracle is not a model edgerun runs (an API, or LiteRT's uint8 twin of an int8 model):
 #: they must fail against tflite-runtime 2.14 for the reason given (strict xfail)
 XFAIL_ON_214 = {

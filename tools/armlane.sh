@@ -282,7 +282,7 @@ run_tests() {
   # x86 (tests/platform_oracles.py), the oracle is edgerun's output on this host, recorded now: ARM must give
   # the same bytes (or, for float outputs, what the test's own tolerance allows)
   t "record edgerun's x86 outputs for the cases LiteRT on $ARCH cannot judge"
-    (cd "$SRC" && PYTHONPATH=tests EDGERUN_ORACLE_RECORD="$WORK/x86-oracle-$ARCH.npz" python3 - <<'PY'
+    (cd "$SRC" && PYTHONPATH=tests EDGERUN_ORACLE_RECORD="$WORK/x86-oracle-$ARCH.npz" python3 - "${PYTEST_K:-not tflm}" <<'PY'
 import sys
 
 import pytest
@@ -290,13 +290,14 @@ import pytest
 sys.path.insert(0, "tests")
 import platform_oracles as p  # noqa: E402
 
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "platform_oracles", "-o", "addopts=", *p.all_cases()]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "platform_oracles", "-o", "addopts=",
+                      "-k", sys.argv[1], *p.record_args()]))
 PY
   ) | tail -1 || return 1
   cp "$WORK/x86-oracle-$ARCH.npz" "$R/src/x86-oracle.npz"
   set +e
   in_chroot sh -c "cd /src/project && PYTHONPATH=/src/project/tests EDGERUN_ORACLE_REPLAY=/src/x86-oracle.npz \
-    python -m pytest -q -p no:cacheprovider -p platform_oracles -n ${JOBS:-2} -k '${PYTEST_K:-not tflm}' -o addopts='-ra' $subset"
+    python -m pytest -q -p no:cacheprovider -p platform_oracles -n ${JOBS:-2} --dist loadfile -k '${PYTEST_K:-not tflm}' -o addopts='-ra' $subset"
   rc=$?
   set -e
   return $rc
