@@ -261,6 +261,31 @@ OP_OPTIONS: dict[str, str] = {
     "CUMSUM": "CumsumOptions", "BROADCAST_TO": "BroadcastToOptions", "GELU": "GeluOptions",
     "CONV_3D": "Conv3DOptions", "IF": "IfOptions", "WHILE": "WhileOptions",
     "CALL_ONCE": "CallOnceOptions", "SIGN": "SignOptions",
+    # The rest of the schema's BuiltinOptions members. An op missing here had its options
+    # dropped by the writer (VAR_HANDLE's shared_name in CALL_ONCE init subgraphs, LSTM clips).
+    "LSH_PROJECTION": "LSHProjectionOptions", "SVDF": "SVDFOptions", "RNN": "RNNOptions",
+    "CONCAT_EMBEDDINGS": "ConcatEmbeddingsOptions", "SKIP_GRAM": "SkipGramOptions",
+    "CALL": "CallOptions", "EMBEDDING_LOOKUP_SPARSE": "EmbeddingLookupSparseOptions",
+    "LSTM": "LSTMOptions", "UNIDIRECTIONAL_SEQUENCE_RNN": "SequenceRNNOptions",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "UnidirectionalSequenceLSTMOptions",
+    "BIDIRECTIONAL_SEQUENCE_RNN": "BidirectionalSequenceRNNOptions",
+    "BIDIRECTIONAL_SEQUENCE_LSTM": "BidirectionalSequenceLSTMOptions",
+    "SPARSE_TO_DENSE": "SparseToDenseOptions", "FAKE_QUANT": "FakeQuantOptions",
+    "REVERSE_SEQUENCE": "ReverseSequenceOptions", "MATRIX_DIAG": "MatrixDiagOptions",
+    "MATRIX_SET_DIAG": "MatrixSetDiagOptions", "NON_MAX_SUPPRESSION_V4": "NonMaxSuppressionV4Options",
+    "NON_MAX_SUPPRESSION_V5": "NonMaxSuppressionV5Options", "SCATTER_ND": "ScatterNdOptions",
+    "SEGMENT_SUM": "SegmentSumOptions", "RFFT2D": "Rfft2dOptions", "HASHTABLE": "HashtableOptions",
+    "HASHTABLE_FIND": "HashtableFindOptions", "HASHTABLE_IMPORT": "HashtableImportOptions",
+    "HASHTABLE_SIZE": "HashtableSizeOptions", "VAR_HANDLE": "VarHandleOptions",
+    "READ_VARIABLE": "ReadVariableOptions", "ASSIGN_VARIABLE": "AssignVariableOptions",
+    "RANDOM_STANDARD_NORMAL": "RandomOptions", "RANDOM_UNIFORM": "RandomOptions",
+    "MULTINOMIAL": "RandomOptions", "BUCKETIZE": "BucketizeOptions",
+    "DYNAMIC_UPDATE_SLICE": "DynamicUpdateSliceOptions",
+    "UNSORTED_SEGMENT_PROD": "UnsortedSegmentProdOptions",
+    "UNSORTED_SEGMENT_MAX": "UnsortedSegmentMaxOptions",
+    "UNSORTED_SEGMENT_MIN": "UnsortedSegmentMinOptions",
+    "UNSORTED_SEGMENT_SUM": "UnsortedSegmentSumOptions", "ATAN2": "ATan2Options",
+    "BITCAST": "BitcastOptions", "BITWISE_XOR": "BitwiseXorOptions", "RIGHT_SHIFT": "RightShiftOptions",
 }
 
 

@@ -68,6 +68,9 @@ class _Writer:
 
 def _options(w: _Writer, table_name: str, values: dict) -> int:
     fields = tflite.OPTION_FIELDS.get(table_name, ())
+    unknown = set(values) - {f[0] for f in fields if f is not None}
+    if unknown:  # never drop an option silently (VAR_HANDLE's shared_name once was)
+        raise ValueError(f"{table_name} has no field(s) {', '.join(sorted(unknown))}")
     built = []
     for slot, spec in enumerate(fields):
         if spec is None:
@@ -143,6 +146,8 @@ def write_model(model: Model) -> bytes:
         for op in g.operators:
             code = model.operator_codes[op.opcode_index]
             table_name = tflite.OP_OPTIONS.get(code.builtin)
+            if op.options and not table_name:
+                raise ValueError(f"{code.builtin} carries no builtin options, got {sorted(op.options)}")
             opt = _options(w, table_name, op.options) if table_name else 0
             custom = w.vec(np.frombuffer(op.custom_options, np.uint8), "B") if op.custom_options else 0
             inter = w.vec(op.intermediates, "i") if op.intermediates else 0
