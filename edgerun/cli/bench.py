@@ -99,6 +99,14 @@ def bench_cli(
     loadgen_dir: Path = typer.Option(None, "--loadgen-dir", help="Keep LoadGen's logs here (default: "
                                      "REPORT.mlperf/ beside --report)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON object with every raw figure."),
+    device: str = typer.Option(None, "--device", help="Serial port of an edgerun microcontroller board "
+                               "(or socket://HOST:PORT): flash MODEL there and time INVOKE on the board's "
+                               "own timer; --profile gives per-op time."),
+    mlperf_tiny: bool = typer.Option(False, "--mlperf-tiny", help="With --device: drive the board's MLPerf "
+                                     "Tiny / EEMBC device-under-test UART mode (performance: infer N W, "
+                                     "median latency)."),
+    allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="With --device: flash an unsigned "
+                                        "bundle."),
     # fmt: on
 ):
     """Benchmark MODEL in edgerun and LiteRT (XNNPACK off and on): latency percentiles, throughput,
@@ -114,6 +122,11 @@ def bench_cli(
     from edgerun.bench.thermal import ThermalProbe
     from edgerun.errors import UsageError
 
+    if mlperf_tiny and device is None:
+        raise UsageError("--mlperf-tiny needs --device PORT")
+    if device is not None:
+        return _bench_device(model, device, runs=runs, warmup=warmup, profile=profile, mlperf_tiny=mlperf_tiny,
+                             allow_unsigned=allow_unsigned, json_out=json_out)
     names = check_engines(e.strip() for e in engines.split(",") if e.strip())
     if runs < 1:
         raise UsageError(f"--runs must be at least 1, not {runs}")
@@ -180,6 +193,41 @@ def bench_cli(
         c.print(f"report: {report_path}", highlight=False)
     if use_loadgen and loadgen_dir is not None:
         c.print(f"LoadGen logs: {loadgen_dir}/<engine>/mlperf_log_summary.txt", highlight=False)
+
+
+def _bench_device(model: Path, port: str, *, runs: int, warmup: int, profile: bool, mlperf_tiny: bool,
+                  allow_unsigned: bool, json_out: bool) -> None:
+    """`bench --device`: the board's own latency figures, arena and flash use (edgerun.bench.device)."""
+    if mlperf_tiny:
+        from edgerun.bench.device import bench_mlperf_tiny
+
+        report = bench_mlperf_tiny(model, port, runs=runs, allow_unsigned=allow_unsigned)
+    else:
+        from edgerun.bench.device import bench_device
+
+        report = bench_device(model, port, runs=runs, warmup=warmup, profile=profile,
+                              allow_unsigned=allow_unsigned)
+    report["model"] = str(model)
+    if json_out:
+        emit_json(report)
+        return
+    c = console()
+    d = report["device"]
+    print_table(report, f"{model.name} on {d['board']} ({d['port']}): latency from the firmware's timer", c)
+    if "arena_bytes" in d:
+        c.print(f"arena {d['arena_bytes']:,} of {d['arena_capacity_bytes']:,} B RAM, model {d['flash_bytes']:,} B "
+                f"in a {d['slot_bytes']:,} B flash slot", highlight=False)
+    c.print(f"timer: {d['timer']}", highlight=False)
+    prof = report.get("profile")
+    if prof:
+        c.print(f"per op type (us per inference, {len(prof['ops'])} ops, {prof['total_us']:,} us): "
+                + ", ".join(f"{p['op']} x{p['count']} {p['us']:,} ({p['share']:.0%})" for p in prof["by_type"]),
+                highlight=False)
+        for o in sorted(prof["ops"], key=lambda o: -o["us"])[:10]:
+            c.print(f"  op {o['index']:4d} {o['op']:<24} {o['us']:>10,} us", highlight=False)
+    for k in ("accuracy",):
+        if k in report:
+            c.print(f"{k}: {report[k]}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

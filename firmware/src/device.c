@@ -292,6 +292,36 @@ void er_device_handle(er_device *d, const er_frame *f) {
             reply(d, f, 0, p, sizeof p);
             return;
         }
+        case ER_CMD_PROFILE: {
+            if (len != ER_PROFILE_SIZE) break;
+            enum { MAXREC = (ER_DEV_MAX_PAYLOAD - ER_PROFILE_HEADER_SIZE) / ER_PROFILE_RECORD_SIZE };
+            static uint32_t op_us[MAXREC];
+            char err[200];
+            uint32_t first = er_rd32(in), n_ops = d->model.loaded ? d->model.n_ops : 0;
+            uint32_t count = first < n_ops ? n_ops - first : 0;
+            if (count > MAXREC) count = MAXREC;
+            uint32_t t0 = port_micros();
+            int rc = er_model_invoke_profile(&d->model, err, sizeof err, port_micros, first, count, op_us);
+            uint32_t us = port_micros() - t0;
+            if (rc != ER_OK) {
+                reply_error(d, f, rc, d->load_error[0] && !d->model.loaded ? d->load_error : err);
+                return;
+            }
+            static uint8_t buf[ER_PROFILE_HEADER_SIZE + MAXREC * ER_PROFILE_RECORD_SIZE];
+            memset(buf, 0, sizeof buf);
+            er_wr32(buf, us);
+            er_wr32(buf + 4, n_ops);
+            er_wr32(buf + 8, first);
+            er_wr16(buf + 12, (uint16_t)count);
+            for (uint32_t i = 0; i < count; i++) {
+                uint8_t *r = buf + ER_PROFILE_HEADER_SIZE + i * ER_PROFILE_RECORD_SIZE;
+                uint32_t op = d->model.nodes[first + i].op;
+                er_wr16(r, (uint16_t)op);
+                er_wr32(r + 4, op_us[i]);
+            }
+            reply(d, f, 0, buf, ER_PROFILE_HEADER_SIZE + count * ER_PROFILE_RECORD_SIZE);
+            return;
+        }
         case ER_CMD_RESET:
             reply(d, f, 0, NULL, 0);
             d->pending_reset = 1;

@@ -495,15 +495,23 @@ uint8_t *er_model_tensor_data(er_model *m, int16_t ti) {
 }
 
 int er_model_invoke(er_model *m, char *err, size_t errlen) {
+    return er_model_invoke_profile(m, err, errlen, NULL, 0, 0, NULL);
+}
+
+int er_model_invoke_profile(er_model *m, char *err, size_t errlen, uint32_t (*clock)(void), uint32_t first,
+                            uint32_t count, uint32_t *elapsed) {
     if (!m->loaded) {
         snprintf(err, errlen, "no model loaded");
         return ER_ERR_NO_MODEL;
     }
     for (uint32_t i = 0; i < m->n_ops; i++) {
+        int timed = clock && i >= first && i - first < count;
+        uint32_t t0 = timed ? clock() : 0;
         if (er_kernel_eval(m, &m->nodes[i]) != 0) {
             snprintf(err, errlen, "op %u (%s) failed", (unsigned)i, er_op_name(m->nodes[i].op));
             return ER_ERR_INVOKE_FAILED;
         }
+        if (timed) elapsed[i - first] = clock() - t0;
     }
     return ER_OK;
 }

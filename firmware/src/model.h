@@ -80,6 +80,9 @@ typedef struct {
 /* Load and prepare; returns ER_OK or an ER_ERR_* code with a message in err. */
 int er_model_load(er_model *m, const uint8_t *data, uint32_t size, char *err, size_t errlen);
 int er_model_invoke(er_model *m, char *err, size_t errlen);
+/* The same, timing ops first..first+count-1 with `clock` (microseconds) into elapsed[0..count-1]. */
+int er_model_invoke_profile(er_model *m, char *err, size_t errlen, uint32_t (*clock)(void), uint32_t first,
+                            uint32_t count, uint32_t *elapsed);
 /* the variable named by a VarHandleOptions table (created on first use); -1 when full or unnamed */
 int er_model_var(er_model *m, const fb_table *var_handle_options);
 /* CALL_ONCE's init subgraph: VAR_HANDLE / ASSIGN_VARIABLE of constants only; records initial values */

@@ -56,6 +56,9 @@
 #define ER_CMD_GET_OUTPUT 0x0B  /* u8 index, u8 0[3], u32 offset, u16 length -> bytes */
 #define ER_CMD_RESET 0x0C       /* -> empty, then the device resets */
 #define ER_CMD_EXIT 0x0D        /* u8 code -> empty, then the firmware exits (posix, semihosting) */
+#define ER_CMD_PROFILE 0x0E     /* u32 first op -> one INVOKE timing each op: u32 elapsed us, u32 ops in
+                                   the model, u32 first, u16 count, u16 0, then count records
+                                   (u16 builtin op code, u16 0, u32 us) for ops first..first+count-1 */
 
 /* error codes (payload of an ER_FLAG_ERROR response: u16 code, UTF-8 message) */
 #define ER_OK 0
@@ -104,6 +107,9 @@
 #define ER_IO_HEADER_SIZE 8           /* SET_INPUT: u8 index, u8 0[3], u32 offset */
 #define ER_GET_OUTPUT_SIZE 10         /* u8 index, u8 0[3], u32 offset, u16 length */
 #define ER_INVOKE_REPLY_SIZE 8
+#define ER_PROFILE_SIZE 4             /* u32 first op */
+#define ER_PROFILE_HEADER_SIZE 16     /* u32 us, u32 n_ops, u32 first, u16 count, u16 0 */
+#define ER_PROFILE_RECORD_SIZE 8      /* u16 op, u16 0, u32 us */
 
 /* tensor type codes in io records: TFLite TensorType values */
 #define ER_TYPE_FLOAT32 0
