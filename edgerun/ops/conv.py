@@ -244,12 +244,12 @@ class Conv2D(BoundOutput, Kernel):
         o, k = w8.shape
         step = max(1, self.WIDEN_BYTES // (4 * k))
         if step >= o:
-            wf = scratch("conv.w", (o, k), np.float32)
+            wf = scratch("weights.wide", (o, k), np.float32)
             np.copyto(wf, w8, casting="unsafe")
             return np.matmul(cols, wf.T, out=acc)
         for o0 in range(0, o, step):
             wb = w8[o0:o0 + step]
-            wf = scratch("conv.w", wb.shape, np.float32)
+            wf = scratch("weights.wide", wb.shape, np.float32)
             np.copyto(wf, wb, casting="unsafe")
             np.matmul(cols, wf.T, out=acc[:, o0:o0 + step])
         return acc

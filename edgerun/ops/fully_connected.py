@@ -131,7 +131,7 @@ class FullyConnected(Kernel):
         step = max(1, self.WIDEN_BYTES // (4 * k))
         for u0 in range(0, units, step):
             wb = w8[u0:u0 + step]
-            wf = scratch("fc.w", wb.shape, np.float32)
+            wf = scratch("weights.wide", wb.shape, np.float32)
             np.copyto(wf, wb, casting="unsafe")
             np.matmul(a, wf.T, out=out[:, u0:u0 + step])
         return out
