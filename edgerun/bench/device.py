@@ -128,3 +128,177 @@ def bench_device(model, port: str, *, runs: int = 50, warmup: int = 2, profile: 
     finally:
         if own:
             lk.close()
+
+
+class EembcLink:
+    """The board's MLPerf Tiny / EEMBC text mode over an open :class:`SerialLink` (entered with
+    the EEMBC frame, left with ``edgerun%``)."""
+
+    def __init__(self, link, timeout: float = 120.0):
+        self.link, self.timeout, self.buf = link, timeout, b""
+
+    def _lines_until(self, done) -> list[str]:
+        from edgerun.deploy.serial_link import printable
+        from edgerun.errors import LinkError
+
+        lines: list[str] = []
+        deadline = time.monotonic() + self.timeout
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                text = printable(line.decode("utf-8", "replace").strip(), 100_000)
+                if text:
+                    lines.append(text)
+                    if done(lines):
+                        return lines
+            if time.monotonic() > deadline:
+                raise LinkError(f"{self.link.port}: no m-ready from the board in MLPerf Tiny mode "
+                                f"(last lines: {lines[-3:]})")
+            self.buf += self.link._read_some()
+            if len(self.buf) > 1 << 22:
+                raise LinkError(f"{self.link.port}: the board sent 4 MiB without a line end")
+
+    def command(self, cmd: str) -> list[str]:
+        """Send ``cmd%``; the lines up to ``m-ready``. An ``e-[...]`` line raises DeviceError."""
+        from edgerun.deploy.serial_link import DeviceError
+
+        self.link._write(cmd.encode() + b"%")
+        lines = self._lines_until(lambda ls: ls[-1] == "m-ready")[:-1]
+        errs = [x for x in lines if x.startswith("e-[")]
+        if errs:
+            raise DeviceError(f"MLPerf Tiny '{cmd[:40]}'", -1, errs[0][3:-1])
+        return lines
+
+    def enter(self) -> str:
+        self.link.request(P.CMD_EEMBC)
+        # the greeting may have been read (and dropped) with the frame: synchronise on name%
+        self.link._write(b"name%")
+        lines = self._lines_until(lambda ls: ls[-1] == "m-ready" and any(x.startswith("m-name-dut-[") for x in ls))
+        return next(x for x in lines if x.startswith("m-name-dut-["))[len("m-name-dut-["):-1]
+
+    def leave(self) -> None:
+        self.link._write(b"edgerun%")
+        self._lines_until(lambda ls: ls[-1] == "m-mode-edgerun")
+
+    def load(self, raw: bytes, chunk: int = 256) -> None:
+        self.command(f"db load {len(raw)}")
+        lines: list[str] = []
+        for off in range(0, len(raw), chunk):
+            lines = self.command("db " + raw[off:off + chunk].hex())
+        if "m-load-done" not in lines:
+            from edgerun.deploy.serial_link import BadReply
+
+            raise BadReply(f"{self.link.port}: no m-load-done after {len(raw)} bytes")
+
+    def infer(self, n: int, warmup: int) -> tuple[float, list[float]]:
+        """(microseconds per inference from the two m-lap-us stamps, output 0 from m-results)."""
+        from edgerun.deploy.serial_link import BadReply
+
+        lines = self.command(f"infer {n} {warmup}")
+        laps = [int(x[len("m-lap-us-"):]) for x in lines if x.startswith("m-lap-us-")]
+        res = [x for x in lines if x.startswith("m-results-[")]
+        if len(laps) != 2 or len(res) != 1:
+            raise BadReply(f"{self.link.port}: infer answered {lines[:6]}")
+        return ((laps[1] - laps[0]) & 0xFFFFFFFF) / n, parse_results(res[0])
+
+
+def parse_results(line: str) -> list[float]:
+    from edgerun.deploy.serial_link import BadReply
+
+    if not (line.startswith("m-results-[") and line.endswith("]")):
+        raise BadReply(f"not an m-results line: {line[:60]}")
+    try:
+        return [float(x) for x in line[len("m-results-["):-1].split(",") if x.strip()]
+    except ValueError:
+        raise BadReply(f"m-results holds something other than numbers: {line[:60]}") from None
+
+
+def _dequantized(model: bytes, x: np.ndarray) -> np.ndarray:
+    from edgerun.deploy.flash import _host_outputs
+    from edgerun.runtime.interpreter import Interpreter
+
+    out = _host_outputs(model, [x])[0][0]
+    d = Interpreter(model_content=model).get_output_details()[0]
+    scale, zp = d["quantization"]
+    if out.dtype in (np.int8, np.uint8, np.int16) and scale:
+        return (out.astype(np.float64) - zp) * scale
+    return out.astype(np.float64)
+
+
+def bench_mlperf_tiny(model, port: str, *, runs: int = 10, warmup: int = 1, repeats: int = 5, samples: int = 5,
+                      baud: int | None = None, seed: int = 0, allow_unsigned: bool = False, link=None,
+                      link_options: dict | None = None) -> dict:
+    """Drive the board as the MLPerf Tiny runner does, in its EEMBC device-under-test mode:
+    performance (``repeats`` x ``infer runs warmup``, median latency from the m-lap-us stamps) and
+    accuracy (``samples`` seeded inputs loaded with db load / db, each m-results against edgerun's
+    host interpreter: top-1 agreement and the largest difference)."""
+    from edgerun.bench import engine_result
+    from edgerun.deploy.flash import _open, flash, model_bytes, model_info
+    from edgerun.deploy.serial_link import DEFAULT_BAUD
+
+    if runs < 1 or repeats < 1 or samples < 0 or warmup < 0:
+        raise UsageError("--runs and repeats must be at least 1")
+    baud = baud or DEFAULT_BAUD
+    data = None
+    if model is not None:
+        data, _ = model_bytes(model, allow_unsigned=allow_unsigned)
+    lk, own = _open(port, baud, link, link_options)
+    try:
+        hello = lk.hello()
+        if data is not None:
+            flash(data, port, baud, link=lk)
+        info = model_info(lk)
+        ee = EembcLink(lk)
+        dut = ee.enter()
+        try:
+            prof = ee.command("profile")
+            x = _inputs(info, seed)[0]
+            ee.load(np.ascontiguousarray(x).tobytes())
+            run = Run(driver="mlperf-tiny-eembc")
+            run.t0 = time.perf_counter()
+            for _ in range(repeats):
+                run.starts.append(time.perf_counter())
+                us, _res = ee.infer(runs, warmup)
+                run.latencies.append(us * 1e-6)
+            run.t1 = time.perf_counter()
+            run.samples = runs * repeats
+            acc = {"samples": samples, "top1_agree": 0, "max_abs_diff": 0.0}
+            if samples and data is not None:
+                for k in range(samples):
+                    xs = _inputs(info, seed + 1 + k)[0]
+                    ee.load(np.ascontiguousarray(xs).tobytes())
+                    _us, res = ee.infer(1, 0)
+                    again = parse_results(next(x for x in ee.command("results") if x.startswith("m-results-[")))
+                    host = _dequantized(data, xs).ravel()
+                    dev = np.array(res)
+                    if again != res or dev.shape != host.shape:
+                        acc.setdefault("mismatched_results", 0)
+                        acc["mismatched_results"] += 1
+                        continue
+                    acc["top1_agree"] += int(np.argmax(dev) == np.argmax(host))
+                    acc["max_abs_diff"] = max(acc["max_abs_diff"], float(np.max(np.abs(dev - host))))
+        finally:
+            ee.leave()
+        name = f"mcu:{hello.board}"
+        eng = engine_result(run, kernel_path=f"edgerun firmware {hello.fw_version} via the EEMBC DUT UART mode",
+                            origin=run.t0)
+        med = float(np.median(run.latencies))
+        eng["throughput_ips"] = 1.0 / med if med > 0 else None
+        eng["host_wall_s"] = eng.pop("duration_s")
+        eng["arena_bytes"] = info.arena_bytes
+        return {
+            "engines": {name: eng},
+            "device": {"port": port, "board": hello.board, "firmware": hello.fw_version, "dut_name": dut,
+                       "profile": prof, "timer": "m-lap-us stamps around infer N W (firmware port_micros)",
+                       "arena_bytes": info.arena_bytes, "arena_capacity_bytes": hello.arena_bytes,
+                       "flash_bytes": info.size, "slot_bytes": hello.slot_bytes,
+                       "flash_capacity_bytes": hello.flash_bytes, "model_sha256": info.sha256},
+            "mlperf_tiny": {"performance": {"median_us_per_inference": med * 1e6, "repeats": repeats,
+                                            "inferences_per_repeat": runs, "warmup": warmup,
+                                            "us_per_inference": [x * 1e6 for x in run.latencies]},
+                            "accuracy": acc},
+            "warnings": [],
+        }
+    finally:
+        if own:
+            lk.close()

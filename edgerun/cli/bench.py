@@ -201,7 +201,8 @@ def _bench_device(model: Path, port: str, *, runs: int, warmup: int, profile: bo
     if mlperf_tiny:
         from edgerun.bench.device import bench_mlperf_tiny
 
-        report = bench_mlperf_tiny(model, port, runs=runs, allow_unsigned=allow_unsigned)
+        report = bench_mlperf_tiny(model, port, runs=runs, warmup=min(warmup, runs),
+                                   allow_unsigned=allow_unsigned)
     else:
         from edgerun.bench.device import bench_device
 
@@ -225,9 +226,15 @@ def _bench_device(model: Path, port: str, *, runs: int, warmup: int, profile: bo
                 highlight=False)
         for o in sorted(prof["ops"], key=lambda o: -o["us"])[:10]:
             c.print(f"  op {o['index']:4d} {o['op']:<24} {o['us']:>10,} us", highlight=False)
-    for k in ("accuracy",):
-        if k in report:
-            c.print(f"{k}: {report[k]}", highlight=False)
+    mt = report.get("mlperf_tiny")
+    if mt:
+        pf, ac = mt["performance"], mt["accuracy"]
+        c.print(f"MLPerf Tiny performance: median {pf['median_us_per_inference']:,.1f} us per inference "
+                f"({pf['repeats']} x infer {pf['inferences_per_repeat']} {pf['warmup']}; DUT {d['dut_name']})",
+                highlight=False)
+        if ac["samples"]:
+            c.print(f"MLPerf Tiny accuracy mode: top-1 equal to edgerun's host interpreter on {ac['top1_agree']} of "
+                    f"{ac['samples']} samples, largest difference {ac['max_abs_diff']:.6f}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -322,6 +322,11 @@ void er_device_handle(er_device *d, const er_frame *f) {
             reply(d, f, 0, buf, ER_PROFILE_HEADER_SIZE + count * ER_PROFILE_RECORD_SIZE);
             return;
         }
+        case ER_CMD_EEMBC:
+            if (len != 0) break;
+            reply(d, f, 0, NULL, 0);
+            d->pending_eembc = 1;
+            return;
         case ER_CMD_RESET:
             reply(d, f, 0, NULL, 0);
             d->pending_reset = 1;
@@ -351,6 +356,10 @@ static void on_frame(er_device *d, const er_frame *f) {
     d->last_cmd = f->cmd;
     d->last_crc = crc;
     if (d->tx_len) port_uart_write(d->tx, (int)d->tx_len);
+    if (d->pending_eembc) {
+        d->pending_eembc = 0;
+        er_eembc_enter(d);
+    }
     if (d->pending_exit) port_exit(d->exit_code);
     if (d->pending_reset) port_reset();
 }
@@ -360,6 +369,10 @@ void er_device_poll(er_device *d) {
     int n = port_uart_read(buf, sizeof buf);
     er_frame f;
     for (int i = 0; i < n; i++) {
+        if (d->ee.active) {
+            er_eembc_byte(d, buf[i]);
+            continue;
+        }
         if (er_parser_push(&d->parser, buf[i], port_millis(), &f)) {
             on_frame(d, &f);
             while (er_parser_next(&d->parser, &f)) on_frame(d, &f);
@@ -372,5 +385,8 @@ void er_device_poll(er_device *d) {
 }
 
 void er_device_run(er_device *d) {
+#if defined(ER_EEMBC_BOOT) && ER_EEMBC_BOOT
+    er_eembc_enter(d);
+#endif
     for (;;) er_device_poll(d);
 }

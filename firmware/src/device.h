@@ -4,11 +4,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "eembc.h"
 #include "frame.h"
 #include "model.h"
 #include "slots.h"
 
-typedef struct {
+typedef struct er_device_s {
     er_parser parser;
     er_slots slots;
     er_model model;
@@ -18,8 +19,9 @@ typedef struct {
     uint8_t last_cmd;
     uint32_t last_crc;       /* of the last request's payload: a retransmission is byte-identical */
     int have_last;
-    int pending_reset, pending_exit, exit_code;
+    int pending_reset, pending_exit, exit_code, pending_eembc;
     char load_error[200];    /* why the active slot's model did not load, if it did not */
+    er_eembc ee;             /* MLPerf Tiny / EEMBC text mode of the UART (ee.active) */
 } er_device;
 
 extern er_device er_dev;

@@ -59,6 +59,8 @@
 #define ER_CMD_PROFILE 0x0E     /* u32 first op -> one INVOKE timing each op: u32 elapsed us, u32 ops in
                                    the model, u32 first, u16 count, u16 0, then count records
                                    (u16 builtin op code, u16 0, u32 us) for ops first..first+count-1 */
+#define ER_CMD_EEMBC 0x0F       /* -> empty, then the UART speaks the MLPerf Tiny / EEMBC text protocol
+                                   (src/eembc.c) until its command "edgerun%" */
 
 /* error codes (payload of an ER_FLAG_ERROR response: u16 code, UTF-8 message) */
 #define ER_OK 0
