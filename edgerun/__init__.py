@@ -18,6 +18,7 @@ from edgerun.errors import (  # noqa: E402
     DelegateUnavailableError,
     DeployError,
     EdgerunError,
+    InputFileError,
     InputMismatchError,
     LinkError,
     ModelFormatError,
@@ -38,6 +39,6 @@ def __getattr__(name):
 
 __all__ = [
     "Interpreter", "load", "__version__", "EdgerunError", "ModelFormatError", "UnsupportedOpError",
-    "InputMismatchError", "ConversionError", "BundleError", "BundleIntegrityError",
+    "InputFileError", "InputMismatchError", "ConversionError", "BundleError", "BundleIntegrityError",
     "DelegateUnavailableError", "LinkError", "DeployError",
 ]

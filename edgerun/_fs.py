@@ -13,7 +13,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from edgerun.errors import UsageError
+from edgerun.errors import InputFileError, UsageError
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -96,20 +96,22 @@ def read_regular(path, *, limit: int, what: str = "file", error=None) -> bytes:
     (``/dev/zero`` would never end, an unwritten FIFO never opens), as is a directory."""
     err = error or UsageError
     p = os.fspath(path)
+    # A path that gives no bytes (missing, a folder, a special file, unreadable) is InputFileError,
+    # exit 3, whatever ``error`` is: one rule for every command (docs/verdicts.md).
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise err(f"{p}: no such file") from None
+        raise InputFileError(f"{p}: no such file") from None
     except IsADirectoryError:
-        raise err(f"{p} is a directory, not a {what}") from None
+        raise InputFileError(f"{p} is a directory, not a {what}") from None
     except OSError as e:
-        raise err(f"cannot read {what} {p!r}: {e.strerror}") from None
+        raise InputFileError(f"cannot read {what} {p!r}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise err(f"{p} is a directory, not a {what}")
+            raise InputFileError(f"{p} is a directory, not a {what}")
         if not stat.S_ISREG(st.st_mode):
-            raise err(f"{p} is not a regular file (a device, FIFO or socket); expected a {what}")
+            raise InputFileError(f"{p} is not a regular file (a device, FIFO or socket); expected a {what}")
         if st.st_size > limit:
             raise err(f"{what} {p!r} is {st.st_size} bytes, over the {limit}-byte limit")
         chunks, left = [], st.st_size + 1  # one byte more notices a file that grows meanwhile
@@ -124,7 +126,7 @@ def read_regular(path, *, limit: int, what: str = "file", error=None) -> bytes:
             raise err(f"{what} {p!r} grew over the {limit}-byte limit while being read")
         return data
     except OSError as e:
-        raise err(f"cannot read {what} {p!r}: {e.strerror}") from None
+        raise InputFileError(f"cannot read {what} {p!r}: {e.strerror}") from None
     finally:
         os.close(fd)
 

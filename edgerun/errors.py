@@ -14,7 +14,9 @@ Exit codes (the one table; ``edgerun --help``, the README and docs/verdicts.md p
       accuracy budget not met, float conversion off by more than its tolerance
 2     usage: a wrong option, argument or combination (:class:`UsageError`, click's usage errors)
 3     a model or input file problem (:class:`ModelFormatError`, :class:`InputMismatchError`,
-      :class:`UnsupportedOpError`, a missing file, and any other :class:`EdgerunError`)
+      :class:`UnsupportedOpError`, an input path that is missing or unreadable
+      (:class:`InputFileError`, in every command, ``verify`` included), and any other
+      :class:`EdgerunError`)
 4     conversion failed (:class:`ConversionError`), nothing certified
 5     a bundle is malformed or fails its hash/signature check (:class:`BundleError`)
 6     a delegate's runtime is missing (:class:`DelegateUnavailableError`)
@@ -92,6 +94,12 @@ class UnsupportedOpError(EdgerunError, NotImplementedError):
         if self.candidates:
             msg += f"; delegates that can run it: {', '.join(self.candidates)}"
         super().__init__(msg)
+
+
+class InputFileError(EdgerunError):
+    """A file or folder named as an input (model, bundle, array, labels, key, calibration data)
+    is missing, a directory where a file was expected, not a regular file, or unreadable. Exit 3
+    in every command, ``verify`` included: no bytes were read, so there is no verdict to give."""
 
 
 class InputMismatchError(EdgerunError, ValueError):

@@ -131,4 +131,4 @@ def test_run_bundle_verify_subprocess(workdir):
     assert rep["verified"] is True and rep["verify"]["max_abs_diff"] == {"y": 0.0}
     p = subprocess.run(cmd + ["verify", str(workdir / "nope.bundle")], capture_output=True, check=False, text=True, env=env,
                        timeout=120)
-    assert p.returncode == 5 and p.stderr.startswith("error: ") and "nope.bundle: no such file" in p.stderr
+    assert p.returncode == 3 and p.stderr.startswith("error: ") and "nope.bundle: no such file" in p.stderr

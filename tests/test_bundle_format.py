@@ -10,7 +10,7 @@ import pytest
 
 from edgerun.bundle import SIGNATURE, archive, describe, hash_calibration, read_bundle, signing, write_bundle
 from edgerun.bundle import manifest as mf
-from edgerun.errors import BundleError, BundleIntegrityError, EdgerunError
+from edgerun.errors import BundleError, BundleIntegrityError, EdgerunError, InputFileError
 from edgerun.ir import ModelBuilder
 from edgerun.runtime.interpreter import Interpreter
 
@@ -275,7 +275,7 @@ def test_hostile_names_and_sizes(tmp_path):
     with pytest.raises(BundleError, match="layout"):
         read_bundle(data[:8] + struct.pack("<I", 2) + data[12:], allow_unsigned=True)
     # a symlink or a directory given as the bundle
-    with pytest.raises(BundleError, match="is a directory, not a bundle"):
+    with pytest.raises(InputFileError, match="is a directory, not a bundle"):  # no bytes: exit 3
         read_bundle(tmp_path, allow_unsigned=True)
 
 

@@ -10,7 +10,7 @@ import pytest
 import edgerun
 from edgerun.bundle import archive, load, read_bundle, write_bundle
 from edgerun.bundle import manifest as mf
-from edgerun.errors import BundleError, InputMismatchError
+from edgerun.errors import BundleError, InputFileError, InputMismatchError
 from edgerun.ir import ModelBuilder
 from edgerun.preprocess import preprocess_image, resize, validate_spec
 from edgerun.runtime.interpreter import Interpreter
@@ -215,7 +215,7 @@ def test_float_model_nchw_and_errors(tmp_path):
         m.predict(np.zeros((2, 2, 2, 2, 2)))
     with pytest.raises(InputMismatchError):
         validate_spec({"channel_order": "CMYK"})
-    with pytest.raises(BundleError):
+    with pytest.raises(InputFileError):  # no bytes read: an input problem (exit 3), not a bundle error
         load(tmp_path / "missing.bundle", allow_unsigned=True)
 
 

@@ -63,6 +63,10 @@ def hash_calibration(path) -> str:
         files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
     except OSError as e:
         raise BundleError(f"cannot list calibration data at {str(p)!r}: {e.strerror}") from None
+    from edgerun.errors import InputFileError  # a path that gives no bytes: exit 3 (docs/verdicts.md)
+
+    if not os.path.exists(p):
+        raise InputFileError(f"{p}: no such file or folder (calibration data)")
     if not files or not all(f.exists() for f in files):
         raise BundleError(f"no calibration data at {str(p)!r}")
     for f in files:
@@ -74,11 +78,11 @@ def hash_calibration(path) -> str:
             fd = os.open(f, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             with os.fdopen(fd, "rb") as stream:
                 if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-                    raise BundleError(f"calibration data {str(f)!r} is not a regular file")
+                    raise InputFileError(f"calibration data {str(f)!r} is not a regular file")
                 for chunk in iter(lambda: stream.read(1 << 20), b""):
                     fh.update(chunk)
         except OSError as e:
-            raise BundleError(f"cannot read calibration data {str(f)!r}: {e.strerror}") from None
+            raise InputFileError(f"cannot read calibration data {str(f)!r}: {e.strerror}") from None
         h.update(fh.digest())
     return h.hexdigest()
 

@@ -190,7 +190,9 @@ def open_source(calib, inputs: list[tuple[str, tuple, tuple]], *, preprocessing:
         return _nonempty(ArraySource(arrs, f"{len(arrs[0])} samples"))
     path = Path(calib)
     if not path.exists():
-        raise ConversionError(f"calibration data '{path}' does not exist")
+        from edgerun.errors import InputFileError
+
+        raise InputFileError(f"calibration data '{path}' does not exist")
     if path.is_dir():
         files = image_files(path)
         if not files:

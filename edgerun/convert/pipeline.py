@@ -517,9 +517,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     t0 = time.perf_counter()
     path = Path(model_path)
     check_options(calib_method, io_type, input_layout, target, cal.METHODS)
-    if not path.exists():
-        raise ConversionError(f"model '{path}' does not exist")
-    data = path.read_bytes()
+    from edgerun._fs import read_regular
+
+    data = read_regular(path, limit=1 << 34, what="model", error=ConversionError)  # missing: exit 3
     budget = drift.Budget.parse(max_drop) if max_drop is not None else None
     warnings: list[str] = []
 

@@ -86,17 +86,17 @@ def model_bytes(bundle_or_model, *, allow_unsigned: bool = False) -> tuple[bytes
     if hasattr(bundle_or_model, "model") and hasattr(bundle_or_model, "manifest"):
         return bytes(bundle_or_model.model), bundle_or_model
     path = Path(bundle_or_model)
-    try:
-        head = path.open("rb").read(8)
-    except OSError as e:
-        raise ModelFormatError(f"cannot read {path}: {e.strerror}") from None
-    if head[4:8] == b"TFL3":
-        return path.read_bytes(), None
+    from edgerun._fs import read_regular
+
+    # missing, a folder, a FIFO or device: InputFileError (exit 3), never a blocking open
+    data = read_regular(path, limit=1 << 31, what="bundle or model", error=ModelFormatError)
+    if data[4:8] == b"TFL3":
+        return data, None
     try:
         from edgerun.bundle import read_bundle
     except ImportError:  # pragma: no cover - bundles are part of edgerun
         raise ModelFormatError(f"{path} is not a .tflite model and bundles are not available") from None
-    bundle = read_bundle(path, allow_unsigned=allow_unsigned)
+    bundle = read_bundle(data, allow_unsigned=allow_unsigned)
     return bytes(bundle.model), bundle
 
 
