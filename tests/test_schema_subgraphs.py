@@ -192,3 +192,18 @@ def test_writer_refuses_options_it_would_drop():
     b.op("RELU", [y], [b.tensor("z", (2,), "float32")], alpha=0.1)
     with pytest.raises(ValueError, match="RELU carries no builtin options"):
         b.to_bytes()
+
+
+@pytest.mark.parametrize("build, op", [(_while_conv_model, "WHILE"), (_two_variable_model, "CALL_ONCE")])
+def test_converter_refuses_multi_subgraph_float_models_instead_of_rewriting_them(tmp_path, build, op):
+    """The float-TFLite converter rewrites the main subgraph only, so a model whose main graph
+    calls other subgraphs is refused (exit 3, nothing written) rather than written without them."""
+    import shutil
+    import subprocess
+
+    src, out = tmp_path / "m.tflite", tmp_path / "o.tflite"
+    src.write_bytes(build().to_bytes())
+    p = subprocess.run([shutil.which("edgerun") or "edgerun", "convert", str(src), "-o", str(out), "--float"],
+                       capture_output=True, text=True, check=False, timeout=300)
+    assert p.returncode == 3 and f"unsupported op {op}" in p.stderr, p.stderr
+    assert not out.exists()
