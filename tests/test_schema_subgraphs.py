@@ -6,6 +6,9 @@ The bug this guards: the writer picked an op's options table from a map that lac
 subgraph then lost their shared_name and aliased one another.
 """
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -207,3 +210,41 @@ def test_converter_refuses_multi_subgraph_float_models_instead_of_rewriting_them
                        capture_output=True, text=True, check=False, timeout=300)
     assert p.returncode == 3 and f"unsupported op {op}" in p.stderr, p.stderr
     assert not out.exists()
+
+
+WAKEWORD = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures")) \
+    / "pymicro-wakeword-2.5.0"
+
+
+@pytest.mark.parametrize("name", ["hey_mycroft", "okay_nabu"])
+def test_microwakeword_round_trip_keeps_init_subgraph_variables(name):
+    """The model the bug was found on: 2 subgraphs, a CALL_ONCE init subgraph of VAR_HANDLEs named
+    stream_N/states. Re-written, it reads back op for op and streams identically in LiteRT and
+    edgerun (frame by frame, so the variables must stay apart)."""
+    path = WAKEWORD / f"{name}.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} not cached (tests/test_external_models.py fetches the pymicro-wakeword wheel)")
+    from edgerun.litert import make_interpreter
+
+    data = path.read_bytes()
+    m = read_model(data)
+    rewritten = write_model(m)
+    assert _read_options(read_model(rewritten)) == _read_options(m)
+    names = [o.options["shared_name"] for o in m.subgraphs[1].operators if m.op_name(o) == "VAR_HANDLE"]
+    assert len(names) > 1 and len(set(names)) == len(names) and all(n.endswith("/states") for n in names)
+    from edgerun import Interpreter
+
+    lt = [make_interpreter(d, reference=True) for d in (data, rewritten)] + [Interpreter(model_content=rewritten)]
+    for it in lt:
+        it.allocate_tensors()
+    det = lt[0].get_input_details()[0]
+    rng = np.random.default_rng(5)
+    for _ in range(6):
+        x = rng.integers(-128, 128, det["shape"], dtype=np.int8).astype(det["dtype"])
+        outs = []
+        for it in lt:
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+            outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+        np.testing.assert_array_equal(outs[1], outs[0])
+        np.testing.assert_array_equal(outs[2], outs[0])
