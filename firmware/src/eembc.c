@@ -11,9 +11,6 @@
  *   edgerun         -> m-mode-edgerun, and the UART speaks edgerun frames again
  * every command ends with m-ready; errors are e-[...] lines. Input bytes are input 0's raw
  * tensor bytes (the host converts images to the model's int8 as th_load_tensor would). */
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -21,29 +18,48 @@
 
 static void out(const char *s) { port_uart_write((const uint8_t *)s, (int)strlen(s)); }
 
-static void outf(const char *fmt, ...) {
-    char b[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b, sizeof b, fmt, ap);
-    va_end(ap);
-    out(b);
+/* Numbers are formatted here, not with printf: newlib-nano's has no float support, and the text
+ * mode must not depend on the C library's reentrancy state. */
+static void out_u64(uint64_t v, int min_digits) {
+    char b[24];
+    int k = 0;
+    do {
+        b[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v || k < min_digits);
+    char r[24];
+    for (int i = 0; i < k; i++) r[i] = b[k - 1 - i];
+    r[k] = 0;
+    out(r);
 }
 
-/* value with 6 decimals, without printf's float support (newlib-nano has none) */
-static void put_fixed(char *b, size_t n, double v) {
+static void out_u(uint32_t v) { out_u64(v, 1); }
+
+/* "PREFIX<v>\r\n" */
+static void out_line_u(const char *prefix, uint32_t v) {
+    out(prefix);
+    out_u(v);
+    out("\r\n");
+}
+
+/* value with 6 decimals, rounded half up (the host parses it as a float) */
+static void out_fixed(double v) {
     if (!(v == v)) {
-        snprintf(b, n, "nan");
+        out("nan");
         return;
     }
-    int neg = v < 0;
-    if (neg) v = -v;
+    if (v < 0) {
+        out("-");
+        v = -v;
+    }
     if (v > 4.0e12) {
-        snprintf(b, n, "%sinf", neg ? "-" : "");
+        out("inf");
         return;
     }
-    unsigned long long u = (unsigned long long)(v * 1e6 + 0.5);
-    snprintf(b, n, "%s%llu.%06llu", neg ? "-" : "", u / 1000000ull, u % 1000000ull);
+    uint64_t u = (uint64_t)(v * 1e6 + 0.5);
+    out_u64(u / 1000000u, 1);
+    out(".");
+    out_u64(u % 1000000u, 6);
 }
 
 static int parse_u32(const char *s, uint32_t *v) {
@@ -99,10 +115,8 @@ static void results(er_device *d) {
                 v = (double)q;
             }
         }
-        char b[40];
-        put_fixed(b, sizeof b, v);
         if (i) out(",");
-        out(b);
+        out_fixed(v);
     }
     out("]\r\n");
 }
@@ -115,18 +129,36 @@ static int need_model(er_device *d) {
 
 static void command(er_device *d, char *c) {
     er_eembc *e = &d->ee;
-    char *w[4] = {0};
+    char *w[5] = {0};
     int n = 0;
-    for (char *s = strtok(c, " "); s && n < 4; s = strtok(NULL, " ")) w[n++] = s;
+    for (char *s = c; *s && n < 5;) { /* words separated by spaces; a fifth word makes any command wrong */
+        while (*s == ' ') *s++ = 0;
+        if (!*s) break;
+        w[n++] = s;
+        while (*s && *s != ' ') s++;
+    }
     if (n == 0) {
         /* an empty command: just the prompt */
     } else if (!strcmp(w[0], "name")) {
-        outf("m-name-dut-[edgerun-%s]\r\n", ER_BOARD_NAME);
+        out("m-name-dut-[edgerun-" ER_BOARD_NAME "]\r\n");
     } else if (!strcmp(w[0], "profile")) {
-        outf("m-profile-[edgerun-fw %d.%d]\r\n", ER_FW_VERSION_MAJOR, ER_FW_VERSION_MINOR);
+        out("m-profile-[edgerun-fw ");
+        out_u(ER_FW_VERSION_MAJOR);
+        out(".");
+        out_u(ER_FW_VERSION_MINOR);
+        out("]\r\n");
         if (d->model.loaded) {
+            static const char hex[] = "0123456789abcdef";
             const uint8_t *h = d->slots.slot[d->slots.active].sha;
-            outf("m-model-[%02x%02x%02x%02x%02x%02x%02x%02x]\r\n", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+            char b[17];
+            for (int i = 0; i < 8; i++) {
+                b[2 * i] = hex[h[i] >> 4];
+                b[2 * i + 1] = hex[h[i] & 15];
+            }
+            b[16] = 0;
+            out("m-model-[");
+            out(b);
+            out("]\r\n");
         } else {
             out("m-model-[none]\r\n");
         }
@@ -135,12 +167,15 @@ static void command(er_device *d, char *c) {
         if (!need_model(d)) {
         } else if (n != 3 || parse_u32(w[2], &want) != 0 || want == 0 ||
                    want > d->model.tensors[d->model.inputs[0]].bytes) {
-            outf("e-[db load N: N from 1 to %u (input 0's bytes)]\r\n",
-                 (unsigned)d->model.tensors[d->model.inputs[0]].bytes);
+            out("e-[db load N: N from 1 to ");
+            out_u(d->model.tensors[d->model.inputs[0]].bytes);
+            out(" (input 0's bytes)]\r\n");
         } else {
             e->expect = want;
             e->loaded = 0;
-            outf("m-[Expecting %u bytes]\r\n", (unsigned)want);
+            out("m-[Expecting ");
+            out_u(want);
+            out(" bytes]\r\n");
         }
     } else if (!strcmp(w[0], "db") && n == 2) {
         size_t len = strlen(w[1]);
@@ -148,8 +183,11 @@ static void command(er_device *d, char *c) {
         } else if (e->expect == 0) {
             out("e-[db: no db load before the data]\r\n");
         } else if (len % 2 || len / 2 > e->expect - e->loaded) {
-            outf("e-[db: %u hex digits do not fit the %u bytes still expected]\r\n", (unsigned)len,
-                 (unsigned)(e->expect - e->loaded));
+            out("e-[db: ");
+            out_u((uint32_t)len);
+            out(" hex digits do not fit the ");
+            out_u(e->expect - e->loaded);
+            out(" bytes still expected]\r\n");
         } else {
             uint8_t *dst = er_model_tensor_data(&d->model, d->model.inputs[0]) + e->loaded;
             size_t i;
@@ -174,18 +212,20 @@ static void command(er_device *d, char *c) {
         } else {
             char err[200];
             int rc = ER_OK;
-            outf("m-warmup-start-%u\r\n", (unsigned)warm);
+            out_line_u("m-warmup-start-", warm);
             for (uint32_t i = 0; i < warm && rc == ER_OK; i++) rc = er_model_invoke(&d->model, err, sizeof err);
             out("m-warmup-done\r\n");
-            outf("m-infer-start-%u\r\n", (unsigned)runs);
+            out_line_u("m-infer-start-", runs);
             uint32_t t0 = port_micros();
-            outf("m-lap-us-%u\r\n", (unsigned)t0);
+            out_line_u("m-lap-us-", t0);
             for (uint32_t i = 0; i < runs && rc == ER_OK; i++) rc = er_model_invoke(&d->model, err, sizeof err);
             uint32_t t1 = port_micros();
             if (rc != ER_OK) {
-                outf("e-[%s]\r\n", err);
+                out("e-[");
+                out(err);
+                out("]\r\n");
             } else {
-                outf("m-lap-us-%u\r\n", (unsigned)t1);
+                out_line_u("m-lap-us-", t1);
                 out("m-infer-done\r\n");
                 results(d);
             }
@@ -201,7 +241,9 @@ static void command(er_device *d, char *c) {
         size_t k = 0;
         for (const char *s = w[0]; *s && k + 1 < sizeof name; s++) name[k++] = (*s >= 32 && *s < 127) ? *s : '?';
         name[k] = 0;
-        outf("e-[Unknown command: %s]\r\n", name);
+        out("e-[Unknown command: ");
+        out(name);
+        out("]\r\n");
     }
     out("m-ready\r\n");
 }
@@ -219,7 +261,10 @@ void er_eembc_byte(er_device *d, uint8_t c) {
     if (c == '%') {
         e->cmd[e->pos] = 0;
         if (e->overflow) {
-            outf("e-[command longer than %u bytes]\r\nm-ready\r\n", (unsigned)ER_EE_CMD_SIZE);
+            out("e-[command longer than ");
+            out_u(ER_EE_CMD_SIZE);
+            out(" bytes]\r\n");
+            out("m-ready\r\n");
         } else {
             command(d, e->cmd);
         }
