@@ -87,8 +87,8 @@ def test_mlperf_tiny_needs_device():
 
 @pytest.mark.skipif(have_arm_toolchain() is not None, reason=str(have_arm_toolchain()))
 def test_bench_device_icount_cortex_m4():
-    """Under -icount shift=0 every inference reads the same instruction count, and the per-op
-    figures add up to it (plus the timer reads between ops)."""
+    """Under -icount shift=0 every inference reads the same instruction count, the per-op figures
+    add up to it (plus the timer reads between ops), and the EEMBC mode's infer N W agrees."""
     make("mps2")
     port = free_port()
     q = subprocess.Popen(["qemu-system-arm", "-M", "mps2-an386", "-display", "none", "-monitor", "none",
@@ -114,6 +114,13 @@ def test_bench_device_icount_cortex_m4():
         ops = r["profile"]["ops"]
         assert [o["op"] for o in ops] == _op_names(SHIPPED.read_bytes())
         assert 0.8 * total_us <= r["profile"]["total_us"] <= total_us + 2 * len(ops), (total_us, ops)
+        # the MLPerf Tiny / EEMBC UART mode on the same board: its infer N W stamps give the same cost
+        code, out = _bench([str(SHIPPED), "--device", f"socket://127.0.0.1:{port}", "--mlperf-tiny", "--runs", "2",
+                            "--json"])
+        assert code == 0, out
+        t = json.loads(out)["mlperf_tiny"]
+        assert abs(t["performance"]["median_us_per_inference"] - total_us) <= 1.0, (t, total_us)
+        assert t["accuracy"]["top1_agree"] == 5 and t["accuracy"]["max_abs_diff"] <= 5e-7, t
     finally:
         q.kill()
         q.wait()
