@@ -415,8 +415,8 @@ def machine() -> str:
 
 
 def markdown(rows) -> str:
-    lines = ["| model | quantizer | calibration | worst-output SQNR (dB) | top-1 agreement | test top-1 (int8 / float) "
-             "| time (s) | size (bytes) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [("| model | quantizer | calibration | worst-output SQNR (dB) | top-1 agreement | "
+              "test top-1 (int8 / float) | time (s) | size (bytes) |"), "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
             lines.append(f"| {r['model']} | {r['tool']} | {r.get('calibration', '-')} | skipped: {r['skipped']} | | | | |")
