@@ -61,7 +61,8 @@ def frame_scripts() -> dict[str, bytes]:
     session += [_rec(P.CMD_DATA, P.DATA_HEADER.pack(off) + model[off:off + 256]) for off in range(0, len(model), 256)]
     session += [_rec(P.CMD_END, sha), _rec(P.CMD_COMMIT, P.COMMIT.pack(0, sha)), _rec(P.CMD_MODEL_INFO),
                 _rec(P.CMD_SET_INPUT, P.IO_HEADER.pack(0, 0) + bytes(range(8))), _rec(P.CMD_INVOKE),
-                _rec(P.CMD_GET_OUTPUT, P.GET_OUTPUT.pack(0, 0, 8)), _rec(P.CMD_ROLLBACK), _rec(P.CMD_RESET),
+                _rec(P.CMD_GET_OUTPUT, P.GET_OUTPUT.pack(0, 0, 8)), _rec(P.CMD_PROFILE, P.PROFILE.pack(0)),
+                _rec(P.CMD_ROLLBACK), _rec(P.CMD_RESET),
                 _rec(P.CMD_STATUS)]
     out = {"session": b"\x00" + b"".join(session)}
     for cmd, name in P.COMMAND_NAMES.items():
@@ -69,6 +70,11 @@ def frame_scripts() -> dict[str, bytes]:
             out[f"cmd_{name.lower()}"] = b"\x00" + _rec(cmd, bytes(8))
     out["raw_session"] = b"\x01" + b"".join(P.encode(c, i, b"") for i, c in enumerate((P.CMD_HELLO, P.CMD_STATUS)))
     out["raw_noise"] = b"\x01" + bytes([0xA5, 0x5A, 0xA5, 0x00, 0xFF, 0x5A]) * 8
+    # flash over frames, switch to the MLPerf Tiny / EEMBC text mode, drive it, come back
+    flash_frames = [P.encode(r[0], i + 1, r[4:]) for i, r in enumerate(session[:session.index(_rec(P.CMD_MODEL_INFO))])]
+    text = (b"name%profile%db load 8%db 0001020304%db 05060708%infer 2 1%results%bogus%db zz%infer 0%"
+            b"db load 99%%edgerun%")
+    out["raw_eembc"] = b"\x01" + b"".join(flash_frames) + P.encode(P.CMD_EEMBC, 200) + text + P.encode(P.CMD_HELLO, 201)
     return out
 
 
