@@ -72,3 +72,36 @@ def test_negative_batchnorm_variance_is_refused(tmp_path):
             warnings.simplefilter("ignore", RuntimeWarning)  # sqrt of a negative variance while folding
             convert(tmp_path / "bn.onnx", tmp_path / "bn.tflite", **kw)
         assert not (tmp_path / "bn.tflite").exists()
+
+
+def test_int8_depth_to_space_converts(tmp_path):
+    """LiteRT's builtin kernels run int8 DEPTH_TO_SPACE (op version 2); its BUILTIN_REF resolver does
+    not register that version. The converter's LiteRT check uses the runtimes users run, so a
+    pixel-shuffle model (MediaPipe pose detection has one) converts."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgerun.litert import make_interpreter
+    from edgerun.runtime.interpreter import Interpreter
+
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(size=(8, 3, 3, 3)).astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("DepthToSpace", ["c"], ["y"], blocksize=2, mode="DCR")],
+        "d2s", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 16, 16])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "d2s.onnx"))
+    rep = convert(tmp_path / "d2s.onnx", tmp_path / "d2s.tflite", calib="random")
+    assert rep.ok and "loads and runs" in rep.litert_check
+    model = (tmp_path / "d2s.tflite").read_bytes()
+    assert rep.ops.get("DEPTH_TO_SPACE") == 1
+    x = np.random.default_rng(1).integers(-128, 128, (1, 8, 8, 3), dtype=np.int8)
+    outs = []
+    for it in (Interpreter(model_content=model), make_interpreter(model)):
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
+    assert np.array_equal(outs[0], outs[1])

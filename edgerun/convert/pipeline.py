@@ -418,8 +418,9 @@ def _litert_smoke(model: bytes) -> None:
     import edgerun.litert as lr
 
     lr.QUIET_NATIVE_LOGS = False  # keep LiteRT's own message: it is the error we report
-    ref = lr.make_interpreter(model, reference=True)
-    ref.allocate_tensors()
+    # The runtimes a user runs: LiteRT's builtin kernels and XNNPACK. Not BUILTIN_REF: its resolver
+    # registers fewer op versions (int8 DEPTH_TO_SPACE v2 is missing from LiteRT 2.3's), which is a
+    # gap of that test-only resolver, not a model LiteRT rejects.
     for xnnpack in (False, True):  # LiteRT's own kernels, then with XNNPACK (as inspect and a Pi run it)
         it = lr.make_interpreter(model, xnnpack=xnnpack)
         it.allocate_tensors()
