@@ -86,6 +86,9 @@ def test_text_grammar_over_pty(rig):
         assert ee.command("results") == [expected]
         assert len(parse_results(expected)) == 10
         ee.leave()
+        # a frame also ends the text mode (a stray EEMBC frame never cuts the host off)
+        ee.enter()
+        assert link.hello().board == "posix"
         # back on edgerun frames: the same model runs, bit-exactly
         out = run_on_device(rig.port, [x], link=link)[0]
         assert np.array_equal(out, run_edgerun(model, [x])[0])

@@ -369,11 +369,11 @@ void er_device_poll(er_device *d) {
     int n = port_uart_read(buf, sizeof buf);
     er_frame f;
     for (int i = 0; i < n; i++) {
-        if (d->ee.active) {
-            er_eembc_byte(d, buf[i]);
-            continue;
-        }
+        if (d->ee.active) er_eembc_byte(d, buf[i]);
+        /* frames are still recognised in EEMBC mode: a good one (text cannot form one) ends it, so
+         * a stray EEMBC frame never cuts a host off from the framed protocol */
         if (er_parser_push(&d->parser, buf[i], port_millis(), &f)) {
+            d->ee.active = 0;
             on_frame(d, &f);
             while (er_parser_next(&d->parser, &f)) on_frame(d, &f);
         }
