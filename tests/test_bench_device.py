@@ -8,6 +8,7 @@ import subprocess
 import time
 
 import pytest
+from edgerun_delegates.mcu import firmware_arena_bytes
 from firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make, tcp_firmware
 from typer.testing import CliRunner
 
@@ -15,7 +16,6 @@ from edgerun.cli import build_app
 from edgerun.deploy import protocol as P
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.schema.reader import read_model
-from edgerun_delegates.mcu import firmware_arena_bytes
 
 SHIPPED = ROOT / "models" / "mcu_small.tflite"
 

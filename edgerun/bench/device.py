@@ -195,11 +195,11 @@ class EembcLink:
         from edgerun.deploy.serial_link import BadReply
 
         lines = self.command(f"infer {n} {warmup}")
-        laps = [int(x[len("m-lap-us-"):]) for x in lines if x.startswith("m-lap-us-")]
+        laps = [x[len("m-lap-us-"):] for x in lines if x.startswith("m-lap-us-")]
         res = [x for x in lines if x.startswith("m-results-[")]
-        if len(laps) != 2 or len(res) != 1:
+        if len(laps) != 2 or len(res) != 1 or not all(x.isascii() and x.isdigit() and len(x) <= 20 for x in laps):
             raise BadReply(f"{self.link.port}: infer answered {lines[:6]}")
-        return ((laps[1] - laps[0]) & 0xFFFFFFFF) / n, parse_results(res[0])
+        return ((int(laps[1]) - int(laps[0])) & 0xFFFFFFFF) / n, parse_results(res[0])
 
 
 def parse_results(line: str) -> list[float]:
@@ -208,9 +208,10 @@ def parse_results(line: str) -> list[float]:
     if not (line.startswith("m-results-[") and line.endswith("]")):
         raise BadReply(f"not an m-results line: {line[:60]}")
     try:
-        return [float(x) for x in line[len("m-results-["):-1].split(",") if x.strip()]
+        vals = [float(x) for x in line[len("m-results-["):-1].split(",") if x.strip()]
     except ValueError:
         raise BadReply(f"m-results holds something other than numbers: {line[:60]}") from None
+    return vals
 
 
 def _dequantized(model: bytes, x: np.ndarray) -> np.ndarray:

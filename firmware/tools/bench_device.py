@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_icount import start  # noqa: E402
-from firmware_models import MLPERF_TINY, mlperf_tiny  # noqa: E402
+from bench_icount import start
+from firmware_models import MLPERF_TINY, mlperf_tiny
 
-from edgerun.bench.device import bench_device, bench_mlperf_tiny  # noqa: E402
-from edgerun.deploy.serial_link import SerialLink  # noqa: E402
+from edgerun.bench.device import bench_device, bench_mlperf_tiny
+from edgerun.deploy.serial_link import SerialLink
 
 
 def main() -> None:
@@ -45,9 +45,9 @@ def main() -> None:
                 for name, m in models.items():
                     r = bench_device(m, url, runs=a.runs, warmup=1, profile=True, link=link)
                     eng = next(iter(r["engines"].values()))
-                    insns = int(round(eng["p50_ms"] * 1e6))
+                    insns = round(eng["p50_ms"] * 1e6)
                     t = bench_mlperf_tiny(None, url, runs=a.runs, warmup=1, repeats=3, samples=0, link=link)
-                    ee = int(round(t["mlperf_tiny"]["performance"]["median_us_per_inference"] * 1000))
+                    ee = round(t["mlperf_tiny"]["performance"]["median_us_per_inference"] * 1000)
                     p = r["profile"]
                     top = ", ".join(f"{x['op']} {x['share']:.0%}" for x in p["by_type"][:3])
                     d = r["device"]
