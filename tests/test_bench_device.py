@@ -124,3 +124,16 @@ def test_bench_device_icount_cortex_m4():
     finally:
         q.kill()
         q.wait()
+
+
+def test_profile_pages_past_one_frame(posix_fw):
+    """566 ops do not fit one PROFILE answer (510 records): the host pages and gets every op once."""
+    from firmware_models import mediapipe_style
+
+    model = mediapipe_style(blocks=140)
+    from edgerun.bench.device import bench_device
+
+    r = bench_device(model, posix_fw, runs=1, warmup=0, profile=True)
+    ops = r["profile"]["ops"]
+    assert len(ops) == 566 and [o["op"] for o in ops] == _op_names(model)
+    assert [o["index"] for o in ops] == list(range(566))
