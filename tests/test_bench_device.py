@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from edgerun.cli import build_app
 from edgerun.deploy import protocol as P
+from edgerun.deploy.flash import flash
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.schema.reader import read_model
 
@@ -67,6 +68,7 @@ def test_profile_pages_and_refusals(posix_fw):
     n = len(_op_names(SHIPPED.read_bytes()))
     with SerialLink(posix_fw) as link:
         link.hello()
+        flash(SHIPPED.read_bytes(), posix_fw, link=link)
         # a page that starts at the last op carries one record; past the end, none
         p = link.request(P.CMD_PROFILE, P.PROFILE.pack(n - 1))
         _us, n_ops, first, count = P.PROFILE_HEADER.unpack_from(p)
