@@ -280,3 +280,32 @@ def test_signing_without_cryptography_says_what_to_install(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.asymmetric", None)
     with pytest.raises(BundleError, match=r"pip install 'edgerun\[sign\]'"):
         write_bundle(classifier(), tmp_path / "x.bundle", sign_key=tmp_path / "k.key")
+
+
+def test_float_goldens_hold_across_cpu_rounding(tmp_path):
+    """Float outputs of the reference path may differ by the last bits between CPUs (numpy's exp
+    and BLAS on ARM vs x86): they verify within golden.FLOAT_RTOL of their peak, not more."""
+    from edgerun.bundle import golden
+
+    b = ModelBuilder()
+    x = b.input("x", (1, 16), "float32")
+    y = b.tensor("y", (1, 16), "float32")
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    data = write_bundle(b.to_bytes(), tmp_path / "s.bundle").read_bytes()
+    man = read_bundle(data, allow_unsigned=True).manifest
+    entry = man["golden"]["cases"][0]["outputs"][0]
+
+    def nudge(rel):
+        def edit(gold):
+            v = np.frombuffer(bytes(gold[entry["offset"]:entry["offset"] + entry["size"]]), "<f4").copy()
+            v[np.argmax(v)] *= np.float32(1 + rel)
+            gold[entry["offset"]:entry["offset"] + entry["size"]] = v.astype("<f4").tobytes()
+        return edit
+
+    res = load(data, delegates=[], allow_unsigned=True).verify()
+    assert res["ok"] and res["max_abs_diff"] == {"y": 0.0} and 0 < res["tolerance"]["y"] < 1e-5
+    near = load(_repack(data, nudge(3e-7)), delegates=[], allow_unsigned=True).verify()  # a few ulp
+    assert near["ok"] and 0 < near["max_abs_diff"]["y"] <= near["tolerance"]["y"]
+    far = load(_repack(data, nudge(golden.FLOAT_RTOL * 4)), delegates=[], allow_unsigned=True).verify()
+    assert far["ok"] is False and far["max_abs_diff"]["y"] > far["tolerance"]["y"]
