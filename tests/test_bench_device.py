@@ -4,6 +4,7 @@ with -icount shift=0 (deterministic: SysTick microseconds read instructions / 10
 
 import json
 import socket
+import statistics
 import subprocess
 import time
 
@@ -111,8 +112,10 @@ def test_bench_device_icount_cortex_m4():
         r = json.loads(out)
         eng = r["engines"]["mcu:mps2-an386"]
         lat = eng["samples"]["latency_ms"]
-        assert len(set(lat)) == 1 and lat[0] > 0, lat  # deterministic
-        total_us = lat[0] * 1000
+        # deterministic instruction count; where INVOKE starts against the 1,000-instruction tick
+        # moves a reading by at most one tick (1 us)
+        assert min(lat) > 0 and max(lat) - min(lat) <= 0.0011, lat
+        total_us = statistics.median(lat) * 1000
         ops = r["profile"]["ops"]
         assert [o["op"] for o in ops] == _op_names(SHIPPED.read_bytes())
         assert 0.8 * total_us <= r["profile"]["total_us"] <= total_us + 2 * len(ops), (total_us, ops)
@@ -121,7 +124,7 @@ def test_bench_device_icount_cortex_m4():
                             "--json"])
         assert code == 0, out
         t = json.loads(out)["mlperf_tiny"]
-        assert abs(t["performance"]["median_us_per_inference"] - total_us) <= 1.0, (t, total_us)
+        assert abs(t["performance"]["median_us_per_inference"] - total_us) <= 1.5, (t, total_us)
         assert t["accuracy"]["top1_agree"] == 5 and t["accuracy"]["max_abs_diff"] <= 5e-7, t
     finally:
         q.kill()
