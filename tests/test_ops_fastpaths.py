@@ -391,3 +391,53 @@ def test_concatenation_int8_rescale_tables_every_code():
     want = run_litert(mu8, [(x.astype(np.int16) + 128).astype(np.uint8) for x in xs])[0]
     got = run_edgerun(m8, xs)[0]
     assert np.array_equal(got.astype(np.int16) + 128, want.astype(np.int16))
+
+
+# --- int32 accumulator wrap-around: acc + bias past int32 wraps as in the reference kernels --------
+
+def _saturated_bias_model(op: str, c: int = 64, oc: int = 8):
+    """One int8 CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED whose channels 2 and 5 carry an
+    int32-saturated bias (a tiny filter scale, as a calibrated converter can produce) and filters
+    of one sign, so that acc + bias leaves int32: the reference kernels' int32 ``acc += bias``
+    wraps and, with an effective multiplier near 8e-8, lands mid-range instead of at the clamp.
+    Light DenseNet-121's first int8 mismatch (171 LSB) was this."""
+    rng = np.random.default_rng(13)
+    s_x, s_y = np.float32(0.00046), np.float32(0.000415)
+    n = c if op == "DEPTHWISE_CONV_2D" else oc
+    k = 1 if op == "DEPTHWISE_CONV_2D" else c
+    wq = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    wq[2], wq[5] = -127, 127
+    s_w = rng.uniform(0.002, 0.004, n).astype(np.float32)
+    s_w[2] = s_w[5] = np.float32(8e-8 * float(s_y) / float(s_x))
+    bq = rng.integers(-5000, 5000, n).astype(np.int32)
+    bq[2], bq[5] = -(2 ** 31 - 1), 2 ** 31 - 1
+    b = ModelBuilder()
+    zeros = np.zeros(n, np.int64)
+    if op == "FULLY_CONNECTED":
+        x = b.input("x", (196, c), "int8", (s_x, -128))
+        w = b.const("w", wq, "int8", (s_w, zeros, 0))
+        y = b.tensor("y", (196, n), "int8", (s_y, -128))
+        opts = {}
+    else:
+        x = b.input("x", (1, 14, 14, c), "int8", (s_x, -128))
+        if op == "CONV_2D":
+            w = b.const("w", wq.reshape(n, 1, 1, c), "int8", (s_w, zeros, 0))
+            opts = dict(padding=Padding.VALID, stride_h=1, stride_w=1)
+        else:
+            w = b.const("w", wq.reshape(1, 1, 1, n), "int8", (s_w, zeros, 3))
+            opts = dict(padding=Padding.VALID, stride_h=1, stride_w=1, depth_multiplier=1)
+        y = b.tensor("y", (1, 14, 14, n), "int8", (s_y, -128))
+    bias = b.const("b", bq, "int32", ((s_x * s_w).astype(np.float32), zeros, 0))
+    b.op(op, [x, w, bias], [y], fused_activation_function=Activation.RELU, **opts)
+    b.output(y)
+    return b.to_bytes(), x
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"])
+def test_int8_saturated_bias_wraps_like_int32_accumulator(op):
+    model, _ = _saturated_bias_model(op)
+    shape = (196, 64) if op == "FULLY_CONNECTED" else (1, 14, 14, 64)
+    x = np.random.default_rng(3).integers(-128, 128, shape).astype(np.int8)
+    got = compare_with_litert(model, [x])[0]
+    wrapped = got[..., [2, 5]].astype(int)
+    assert (wrapped > -100).any() and (wrapped < 127).any()  # mid-range: the wrap happened

@@ -131,8 +131,10 @@ class Requantizer:
 
         Q = x*m + 2^30;  out = (Q + 2^31*(2^(e-1) - [Q < 0 and e > 0]) + zp*2^(31+e)) >> (31+e)
 
-    Every intermediate stays below 2^63 for |x| < 2^31. Accumulators are taken to fit int32
-    (TFLite's int32 accumulator); with a left shift they wrap like TFLite's ``x * (1 << left)``.
+    Every intermediate stays below 2^63 for |x| < 2^31. ``acc + bias`` wraps to int32 like the
+    reference kernels' int32 accumulator (``acc += bias`` overflows modulo 2^32 when a saturated
+    int32 bias meets a large sum), unless ``acc_bound`` proves it fits; with a left shift they
+    wrap like TFLite's ``x * (1 << left)``.
     """
 
     def __init__(self, multiplier, shift, zero_point: int, qmin: int, qmax: int, dtype=np.int8):
@@ -170,6 +172,7 @@ class Requantizer:
         self._tiles: dict = {}
         self._layouts: dict = {}
         self._small: dict = {}
+        self._wraps: dict = {}
         #: set by a kernel that knows its float accumulators satisfy |acc| <= acc_bound: when
         #: acc_bound + max|bias| < 2^24, acc + bias is exact in float32 and converts straight to
         #: int32 (a cheaper pass than float -> int64)
@@ -180,6 +183,27 @@ class Requantizer:
     #: 2048 on the MediaPipe graphs and keeps the cached tiles 8x smaller: 0.5 instead of 4 MB
     #: on palm detection)
     TILE = 256
+
+    def _must_wrap(self, bias) -> bool:
+        """Whether acc + bias may leave int32 (then it wraps as in the reference kernels)."""
+        key = (id(bias), self.acc_bound)
+        hit = self._wraps.get(key)
+        if hit is not None and hit[0] is bias:
+            return hit[1]
+        bound = None
+        if self.acc_bound is not None:
+            bound = self.acc_bound + (float(np.abs(bias).max(initial=0)) if bias is not None else 0.0)
+        wrap = bound is None or bound >= 2.0 ** 31
+        if len(self._wraps) > 64:
+            self._wraps.clear()
+        self._wraps[key] = (bias, wrap)
+        return wrap
+
+    @staticmethod
+    def _wrap32(x: np.ndarray) -> None:
+        x += 1 << 31
+        x &= 0xFFFFFFFF
+        x -= 1 << 31
 
     def _tiled(self, reps: int, bias):
         """The constants (m, left, add_plain, add_zp, neg, total, bias) repeated ``reps`` times."""
@@ -279,10 +303,11 @@ class Requantizer:
         else:
             np.copyto(x, acc, casting="unsafe")
         if left is not None:
+            # (x mod 2^32) << left == x << left (mod 2^32): one wrap covers acc + bias and the shift
             x <<= left
-            x += 1 << 31
-            x &= 0xFFFFFFFF
-            x -= 1 << 31
+            self._wrap32(x)
+        elif self._must_wrap(bias):
+            self._wrap32(x)
         n = None
         if self.any_neg and self.sign_first:
             n = np.right_shift(x, 63, out=scratch("requant.n", shape, np.int64))  # -1 where x < 0
@@ -333,6 +358,8 @@ class Requantizer:
             np.copyto(x, acc, casting="unsafe")
         else:
             np.add(acc, bias, out=x, casting="unsafe")
+        if self._must_wrap(bias):
+            self._wrap32(x)
         if self.any_neg:  # sign_first: x < 0 exactly when x*m + 2^30 < 0 (see _scaled)
             np.right_shift(x, 63, out=n)
             np.bitwise_and(n, neg, out=n)

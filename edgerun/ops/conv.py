@@ -207,8 +207,10 @@ class Conv2D(BoundOutput, Kernel):
             self.bias = _bias(ctx, 2, o, np.int64) - x_zp * wint.sum(axis=1)
             self.chunk = exact_chunk(128, max(1, int(np.abs(wint).max(initial=0))))
             self.requant = _conv_quant(ctx, ctx.input(0), o)
-            if kh * kw * ci <= self.chunk:  # one float32 GEMM of raw int8 inputs (|x| <= 128)
-                self.requant.acc_bound = float(kh * kw * ci * 128 * int(np.abs(wint).max(initial=0)))
+            # raw int8 inputs (|x| <= 128): a true bound however the sum is taken (float32 GEMM
+            # when it fits one chunk, float64 chunks otherwise); it lets the requantizer skip
+            # the int32 wrap-around of acc + bias when that cannot happen
+            self.requant.acc_bound = float(kh * kw * ci * 128 * int(np.abs(wint).max(initial=0)))
         else:
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)
@@ -374,8 +376,8 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             self.pad = _PaddedInput((n, h, w, oc), pads, np.int8, x_zp)
             self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
-            if dtype == np.float32:  # taps of raw int8 inputs (|x| <= 128), summed exactly
-                self.requant.acc_bound = float(taps * 128 * maxw)
+            # taps of raw int8 inputs (|x| <= 128), summed exactly in float32 or float64
+            self.requant.acc_bound = float(taps * 128 * maxw)
         else:
             dtype = np.float32
             self.pad = _PaddedInput((n, h, w, oc), pads, dtype, 0.0)

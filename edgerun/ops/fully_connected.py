@@ -100,8 +100,10 @@ class FullyConnected(Kernel):
             if w is not None and not self.fixed_point_requant:
                 wc = np.asarray(w, np.int64) - self.w_zp
                 max_xd = max(abs(-128 - self.x_zp), abs(127 - self.x_zp))
-                bound = (max_xd * np.abs(wc).sum(axis=1) + np.abs(self.bias)) * self.eff
-                self.fast = float(bound.max(initial=0)) < 2.0 ** 31 - 1024
+                acc_bound = max_xd * np.abs(wc).sum(axis=1) + np.abs(self.bias)
+                # ... and the reference kernel's int32 acc + bias cannot wrap
+                self.fast = (float((acc_bound * self.eff).max(initial=0)) < 2.0 ** 31 - 1024
+                             and int(acc_bound.max(initial=0)) < 2 ** 31)
                 self.bias_f = self.wmat[2].astype(np.float64)
             self.w8 = None
             if (self.fast and self.w_zp == 0 and w.dtype == np.int8 and k <= self.wmat[1]
@@ -174,6 +176,10 @@ class FullyConnected(Kernel):
         wmat, chunk, bias = self.wmat if self.wmat is not None and self.wmat[0] is not None else self._int_weights(w)
         acc = exact_int_matmul(rows.astype(np.float32), wmat, chunk).astype(np.int64)
         acc += bias
+        # the reference kernel's int32 ``acc += bias`` wraps (a saturated bias on a large sum)
+        acc -= _INT32_MIN
+        acc &= 0xFFFFFFFF
+        acc += _INT32_MIN
         if self.fixed_point_requant:
             return [self.requant(acc).reshape(self.out_shape)]
         v = round_half_away(acc * self.eff)
