@@ -441,3 +441,23 @@ def test_int8_saturated_bias_wraps_like_int32_accumulator(op):
     got = compare_with_litert(model, [x])[0]
     wrapped = got[..., [2, 5]].astype(int)
     assert (wrapped > -100).any() and (wrapped < 127).any()  # mid-range: the wrap happened
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_concatenation_fused_activation_is_refused_by_litert_so_never_fused(dtype):
+    """LiteRT's CONCATENATION (builtin and reference kernels) fails prepare on a fused activation,
+    float32 and int8 alike: the registry must not offer the op for activation folding."""
+    from edgerun.ops.registry import fused_activation_ops
+    q = (0.05, -3) if dtype == "int8" else None
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 3), dtype, q)
+    y = b.input("y", (1, 4, 5), dtype, q)
+    o = b.tensor("o", (1, 4, 8), dtype, q)
+    b.op("CONCATENATION", [x, y], [o], axis=2, fused_activation_function=Activation.RELU)
+    b.output(o)
+    xs = [np.ones((1, 4, 3), dtype), np.ones((1, 4, 5), dtype)]
+    for kw in (dict(reference=True), dict(reference=False, xnnpack=False)):
+        with pytest.raises(Exception, match="activation"):
+            run_litert(b.to_bytes(), xs, **kw)
+    assert "CONCATENATION" not in fused_activation_ops()
+    assert "CONV_2D" in fused_activation_ops()
