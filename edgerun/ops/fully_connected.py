@@ -231,6 +231,8 @@ class BatchMatMul(Kernel):
                 s_o, o_zp = qparams(out)
                 mult, shift = quantize_multiplier(float(np.float32(s_x) * np.float32(s_y)) / float(s_o))
                 self.requant = Requantizer(mult, shift, o_zp, -128, 127)
+                # |x - zx|, |y - zy| <= 255: no int32 wrap of the accumulator to emulate below 2^31
+                self.requant.acc_bound = float(self.k * 255 * 255)
             self.chunk = exact_chunk(128, 128)
         return [self.out_shape]
 
