@@ -105,3 +105,41 @@ def test_int8_depth_to_space_converts(tmp_path):
         it.invoke()
         outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_tiny_weight_channel_with_large_bias_keeps_its_bias(tmp_path):
+    """A channel whose weights are ~1e-9 but whose bias is large: at input_scale * weight_scale the
+    bias leaves int32. The converter raises that channel's weight scale (as TF's converter does)
+    instead of clipping the bias, which made the channel's int8 output meaningless (DenseNet-121)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgerun.litert import make_interpreter
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    w[2] = rng.normal(0, 1e-9, (3, 3, 3))  # channel 2: tiny filter ...
+    b = np.array([0.1, -0.2, 3.0, 0.05], np.float32)  # ... with a bias 3.0 that must survive
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "tiny.onnx"))
+    xs = rng.uniform(-1, 1, (16, 1, 3, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=xs[:, 0])
+    rep = convert(tmp_path / "tiny.onnx", tmp_path / "tiny.tflite", calib=str(tmp_path / "c.npz"),
+                  calib_method="minmax")
+    assert rep.ok
+    it = make_interpreter((tmp_path / "tiny.tflite").read_bytes(), reference=True)
+    it.allocate_tensors()
+    di, do = it.get_input_details()[0], it.get_output_details()[0]
+    (si, zi), (so, zo) = di["quantization"], do["quantization"]
+    x = np.transpose(xs[0], (0, 2, 3, 1))
+    it.set_tensor(di["index"], np.clip(np.round(x / si) + zi, -128, 127).astype(np.int8))
+    it.invoke()
+    y = (it.get_tensor(do["index"]).astype(np.float32) - zo) * so
+    # channel 2 is its bias everywhere, within one output step
+    assert np.abs(y[..., 2] - 3.0).max() <= so * 1.01

@@ -71,13 +71,48 @@ def quantize_array(x: np.ndarray, scale, zp, dtype=np.int8, axis: int | None = N
     return np.clip(q, info.min, info.max).astype(dtype)
 
 
-def weight_params(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-channel int8: (scales, q) with q in [-127, 127]."""
+#: Largest int32 bias magnitude the converter writes (a little below 2^31 - 1).
+BIAS_LIMIT = 2 ** 31 - 2 ** 16
+
+
+def weight_params(w: np.ndarray, axis: int, min_scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8: (scales, q) with q in [-127, 127].
+
+    ``min_scale`` (per channel) raises a channel's scale where its bias would not fit int32 at
+    ``input_scale * weight_scale``: see :func:`bias_min_weight_scale`."""
     red = tuple(i for i in range(w.ndim) if i != axis)
     amax = np.max(np.abs(w), axis=red) if w.size else np.zeros(w.shape[axis])
-    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    scale = np.where(amax > 0, amax / 127.0, 1.0)
+    if min_scale is not None:
+        scale = np.maximum(scale, min_scale)
+    scale = scale.astype(np.float32)
     q = quantize_array(w, scale, np.zeros_like(scale, dtype=np.int64), np.int8, axis)
     return scale, np.clip(q, -127, 127).astype(np.int8)
+
+
+def bias_min_weight_scale(bias: np.ndarray, input_scale: float, n_channels: int) -> np.ndarray | None:
+    """Per-channel weight scale below which ``round(bias / (input_scale * weight_scale))`` leaves
+    int32 (a channel of tiny weights with a large bias). Clipping such a bias, as a plain cast
+    would, silently changes the channel's output; a larger weight scale keeps it exact, as
+    TensorFlow's converter does. None when no channel needs it."""
+    b = np.abs(np.asarray(bias, np.float64)).reshape(-1)
+    if b.size not in (1, n_channels) or not np.isfinite(b).all() or input_scale <= 0:
+        return None
+    need = b / (float(input_scale) * BIAS_LIMIT)
+    return np.broadcast_to(need, (n_channels,)) if need.max(initial=0.0) > 0 else None
+
+
+def _bias_floor(g, op, rule, params) -> np.ndarray | None:
+    """The weight-scale floor a weights op's constant float bias asks for (bias_min_weight_scale)."""
+    bi = rule.bias_input
+    if bi is None or bi >= len(op.inputs) or op.inputs[bi] < 0:
+        return None
+    bias = g.tensors[op.inputs[bi]].data
+    w = g.tensors[op.inputs[rule.weight_input]].data
+    if bias is None or w is None or bias.dtype.kind != "f":
+        return None
+    in_s = params[op.inputs[2 if op.op == "TRANSPOSE_CONV" else 0]][0]
+    return bias_min_weight_scale(bias, in_s, w.shape[rule.weight_axis])
 
 
 class _UF:
@@ -287,13 +322,13 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, src.dtype, data=data))
                 continue
             if rule.kind == "weights" and k == rule.weight_input:
-                ws, wq = weight_params(data.astype(np.float32), rule.weight_axis)
+                ws, wq = weight_params(data.astype(np.float32), rule.weight_axis, _bias_floor(g, op, rule, params))
                 ins.append(q.tensor(src.name, src.shape, "int8", data=wq,
                                     quant=QuantParams(ws, np.zeros(ws.size, np.int64), rule.weight_axis)))
             elif rule.kind == "weights" and k == rule.bias_input:
                 in_s = params[op.inputs[2 if op.op == "TRANSPOSE_CONV" else 0]][0]
                 wdata = g.tensors[op.inputs[rule.weight_input]].data.astype(np.float32)
-                ws, _ = weight_params(wdata, rule.weight_axis)
+                ws, _ = weight_params(wdata, rule.weight_axis, _bias_floor(g, op, rule, params))
                 bs = (np.float64(in_s) * ws.astype(np.float64)).astype(np.float32)
                 bq = np.clip(np.round(data.astype(np.float64) / bs.astype(np.float64)), -(2 ** 31 - 1), 2 ** 31 - 1)
                 ins.append(q.tensor(src.name, src.shape, "int32", data=bq.astype(np.int32),
