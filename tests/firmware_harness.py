@@ -243,6 +243,21 @@ def tcp_firmware(tmp: Path) -> tuple[Firmware, str]:
     return fw, f"socket://127.0.0.1:{port}"
 
 
+def sanitized_device(tmp_path_factory):
+    """Fixture body: the posix firmware (ASan/UBSan build) on TCP and a SerialLink that said hello;
+    at teardown the firmware's log must hold no sanitizer report. Use as
+    ``device = pytest.fixture(scope="module", name="device")(sanitized_device)``."""
+    from edgerun.deploy.serial_link import SerialLink
+
+    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
+    link = SerialLink(url)
+    link.hello()
+    yield link
+    link.close()
+    fw.stop()
+    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+
+
 def raw_flash(link, model: bytes) -> tuple[int, int]:
     """BEGIN / DATA / END / COMMIT straight over ``link``, with no host-side check in between, so
     a test reaches the firmware's own COMMIT-time validation. Returns (active slot, arena bytes);

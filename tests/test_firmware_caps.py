@@ -14,10 +14,10 @@ from edgerun_delegates.mcu.firmware import (
     firmware_arena_bytes,
     load_caps,
 )
-from firmware_harness import FIRMWARE, raw_flash, tcp_firmware
+from firmware_harness import FIRMWARE, raw_flash, sanitized_device
 from firmware_models import mcu_small, op_models
 
-from edgerun.deploy.serial_link import DeviceError, SerialLink
+from edgerun.deploy.serial_link import DeviceError
 from edgerun.ir import ModelBuilder
 from edgerun.schema.reader import read_model
 from edgerun.targets import BOARDS, parse_target
@@ -151,15 +151,7 @@ def read_repro(name):
     return (REPRO / f"{name}.tflite").read_bytes()
 
 
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
-    link = SerialLink(url)
-    link.hello()
-    yield link
-    link.close()
-    fw.stop()
-    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

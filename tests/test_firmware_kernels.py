@@ -5,12 +5,12 @@ import hashlib
 
 import numpy as np
 import pytest
-from firmware_harness import raw_flash, tcp_firmware
+from firmware_harness import raw_flash, sanitized_device
 from firmware_models import mcu_small, op_models, unsupported_model
 
 from edgerun.litert import make_interpreter
 from edgerun.deploy.flash import flash, model_info, run_with_link
-from edgerun.deploy.serial_link import DeviceError, SerialLink
+from edgerun.deploy.serial_link import DeviceError
 from edgerun.errors import EdgerunError
 from edgerun.testing import random_inputs, run_edgerun, run_litert
 
@@ -18,15 +18,7 @@ MODELS = {f"{name}_s{seed}": m for seed in (0, 1) for name, m in op_models(seed)
 MODELS["mcu_small"] = mcu_small()
 
 
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
-    link = SerialLink(url)
-    link.hello()
-    yield link
-    link.close()
-    fw.stop()
-    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()
+device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

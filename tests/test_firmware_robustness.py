@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from firmware_harness import raw_flash, tcp_firmware
+from firmware_harness import raw_flash, sanitized_device
 from firmware_models import mcu_small
 
 from edgerun.deploy import protocol as P
 from edgerun.deploy.flash import model_info, run_with_link
-from edgerun.deploy.serial_link import DeviceError, SerialLink
+from edgerun.deploy.serial_link import DeviceError
 from edgerun.ir import ModelBuilder
 from edgerun.testing import run_litert
 
@@ -21,15 +21,7 @@ REPRO = Path(__file__).resolve().parent / "data" / "repro"
 GOOD = mcu_small(5)
 
 
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
-    link = SerialLink(url)
-    link.hello()
-    yield link
-    link.close()
-    fw.stop()
-    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
 
 def _unary(op, shape, out_shape=None, **opts) -> bytes:

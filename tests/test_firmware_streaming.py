@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from firmware_harness import raw_flash, tcp_firmware
+from firmware_harness import raw_flash, sanitized_device
 
 from edgerun.deploy.flash import model_info, run_with_link
-from edgerun.deploy.serial_link import SerialLink
 from edgerun.litert import make_interpreter
 from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
 
@@ -21,15 +20,7 @@ WAKEWORD = CACHE / "pymicro-wakeword-2.5.0"
 NAMES = ["hey_mycroft", "okay_nabu"]
 
 
-@pytest.fixture(scope="module")
-def device(tmp_path_factory):
-    fw, url = tcp_firmware(tmp_path_factory.mktemp("fw"))
-    link = SerialLink(url)
-    link.hello()
-    yield link
-    link.close()
-    fw.stop()
-    assert b"ERROR: AddressSanitizer" not in fw.log and b"runtime error" not in fw.log, fw.log.decode()[-3000:]
+device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
 
 @pytest.mark.parametrize("name", NAMES)
