@@ -14,11 +14,11 @@ from edgerun.ops.registry import (CUSTOM, REGISTRY, Kernel, NodeContext, OpDef, 
 
 # The kernel modules, in this order (helpers without kernels: registry, common, fixedpoint).
 from edgerun.ops import (activations, compare, control_flow, conv, custom,  # noqa: F401, E402, I001
-                         detection_postprocess, elementwise, fully_connected, hybrid, nonlinear,
+                         detection_postprocess, elementwise, fully_connected, hybrid, int16, nonlinear,
                          normalization, pooling, quantize, reduce, resize, resource, shape)
 # Op facts beyond kernels, for every builtin (imported last: it adds to the OpDefs above).
 from edgerun.ops import builtins  # noqa: F401, E402
 
 KERNEL_MODULES = ("activations", "compare", "control_flow", "conv", "custom", "detection_postprocess",
-                  "elementwise", "fully_connected", "hybrid", "nonlinear", "normalization", "pooling",
+                  "elementwise", "fully_connected", "hybrid", "int16", "nonlinear", "normalization", "pooling",
                   "quantize", "reduce", "resize", "resource", "shape")

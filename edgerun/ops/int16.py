@@ -1,0 +1,174 @@
+"""16x8 kernels (int16 activations, int8 weights): TFLite's 16x8 quantization mode.
+
+Activations are int16 symmetric (zero point 0), weights int8 symmetric (per channel or per
+tensor), bias int64 (int32 accepted). The reference kernels (``reference_integer_ops`` templates
+instantiated for int16 input) accumulate in int64 and requantize with the int64 form of
+MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15::
+
+    m16   = m < 0x7FFF0000 ? (m + 2^15) >> 16 : 0x7FFF
+    y     = (acc * m16 + 2^(14 - shift)) >> (15 - shift)          (arithmetic shift, int64)
+    y     = clamp(y, act_lo, act_hi)                                (int16, no output zero point)
+
+Ops covered here: FULLY_CONNECTED and CONV_2D. Other ops with int16 tensors have no kernel yet
+and are refused by the registry lookup (``edgerun has kernels for ...``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgerun.ops.common import conv_output_size, conv_padding, qparams, quantized_activation_range
+from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
+from edgerun.ops.registry import Kernel, register
+
+
+def mbqm64(acc: np.ndarray, mult, shift) -> np.ndarray:
+    """TFLite's MultiplyByQuantizedMultiplier(int64 x, int32 m, int shift), elementwise (int64 out)."""
+    mult = np.asarray(mult, np.int64)
+    shift = np.asarray(shift, np.int64)
+    reduced = np.where(mult < 0x7FFF0000, (mult + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - shift
+    v = acc.astype(np.int64) * reduced + (np.int64(1) << (total - 1))
+    return v >> total
+
+
+def _check_16x8(ctx, x_i: int, w_i: int, b_i: int) -> None:
+    x, w, y = ctx.input(x_i), ctx.input(w_i), ctx.output(0)
+    b = ctx.input(b_i)
+    if w.dtype != "int8":
+        raise ctx.fail(f"int16 input needs int8 weights (16x8), got {w.dtype}")
+    if y.dtype != "int16":
+        raise ctx.fail(f"int16 input with a {y.dtype} output is not supported")
+    if b is not None and b.dtype not in ("int64", "int32"):
+        raise ctx.fail(f"16x8 op needs an int64 (or int32) bias, got {b.dtype}")
+    for t in (x, y):
+        _, zp = qparams(t)
+        if zp != 0:
+            raise ctx.fail(f"int16 tensor {t.name!r} needs zero point 0 (16x8 activations are symmetric)")
+
+
+class _Weighted16(Kernel):
+    """Shared requantization setup for the 16x8 weighted ops."""
+
+    def _setup(self, units: int, axis: int, x_i: int = 0, w_i: int = 1, b_i: int = 2) -> None:
+        ctx = self.ctx
+        _check_16x8(ctx, x_i, w_i, b_i)
+        s_x, _ = qparams(ctx.input(x_i))
+        s_y, _ = qparams(ctx.output(0))
+        q = ctx.input(w_i).quant
+        if q is None or q.empty:
+            raise ctx.fail("int8 weights have no quantization parameters")
+        w_scales = np.asarray(q.scale, np.float32)
+        per_channel = w_scales.size > 1
+        if per_channel and (w_scales.size != units or q.quantized_dimension != axis):
+            raise ctx.fail(f"per-channel weights need {units} scales on axis {axis}, got {w_scales.size}")
+        self.w_zp = 0 if per_channel else int(q.zero_point[0])
+        if per_channel or self.per_channel_rule:
+            scales = np.broadcast_to(w_scales, (units,))
+            mult, shift = quantize_multipliers([float(s_x) * float(s) / float(s_y) for s in scales])
+        else:
+            m, s = quantize_multiplier(float(np.float32(s_x) * w_scales[0]) / float(s_y))
+            mult, shift = np.full(units, m, np.int64), np.full(units, s, np.int64)
+        self.mult, self.shift = np.asarray(mult, np.int64), np.asarray(shift, np.int64)
+        self.eff = np.array([float(s_x) * float(s) / float(s_y) for s in np.broadcast_to(w_scales, (units,))])
+        act = ctx.options.get("fused_activation_function", 0)
+        self.lo, self.hi = quantized_activation_range(act, s_y, 0, "int16")
+        b = ctx.const(b_i)
+        if ctx.input(b_i) is not None and b is None:
+            raise ctx.fail("bias must be a constant tensor")
+        self.bias = np.zeros(units, np.int64) if b is None else np.asarray(b, np.int64).reshape(units)
+
+    #: CONV_2D computes per-tensor multipliers in double like per-channel ones; FC uses a float32 product
+    per_channel_rule = False
+
+    #: FULLY_CONNECTED's reference kernel requantizes in double (round half away from zero), like its int8 form
+    double_requant = False
+
+    def _finish(self, acc: np.ndarray) -> np.ndarray:
+        acc = acc + self.bias
+        if self.double_requant:
+            v = acc * self.eff
+            y = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+        else:
+            y = mbqm64(acc, self.mult, self.shift)
+        np.clip(y, self.lo, self.hi, out=y)
+        return y.astype(np.int16)
+
+
+@register("FULLY_CONNECTED", "int16")
+class FullyConnected16x8(_Weighted16):
+    """FULLY_CONNECTED, int16 input x int8 weights -> int16 (``reference_integer_ops::FullyConnected``)."""
+
+    double_requant = True
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        if opts.get("weights_format", 0):
+            raise ctx.fail("shuffled weights formats are not supported")
+        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
+        if len(w_shape) != 2:
+            raise ctx.fail(f"weights must be 2-D, got {list(w_shape)}")
+        units, k = w_shape
+        size = int(np.prod(x_shape, dtype=np.int64))
+        if k <= 0 or size % k:
+            raise ctx.fail(f"input {list(x_shape)} cannot be flattened into rows of {k}")
+        self.k, self.units = k, units
+        if opts.get("keep_num_dims", False):
+            out_shape = tuple(x_shape[:-1]) + (units,)
+        else:
+            out_shape = (size // k, units)
+        self.out_shape = out_shape
+        self._setup(units, 0)
+        w = ctx.const(1)
+        self.wmat = None if w is None else (np.asarray(w, np.int64) - self.w_zp).T.copy()
+        return [out_shape]
+
+    def eval(self, inputs):
+        x, w = inputs[0], inputs[1]
+        wmat = self.wmat if self.wmat is not None else (np.asarray(w, np.int64) - self.w_zp).T
+        acc = x.reshape(-1, self.k).astype(np.int64) @ wmat
+        return [self._finish(acc).reshape(self.out_shape)]
+
+
+@register("CONV_2D", "int16")
+class Conv2D16x8(_Weighted16):
+    """CONV_2D, int16 NHWC input x int8 OHWI filter -> int16 (``reference_integer_ops::ConvPerChannel``)."""
+
+    per_channel_rule = True
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        n, h, w_, c = ctx.input_shape(0)
+        oc, fh, fw, ic = ctx.input_shape(1)
+        if ic <= 0 or c % ic:
+            raise ctx.fail(f"input channels {c} are not a multiple of the filter's {ic}")
+        if c != ic:
+            raise ctx.fail("grouped int16 convolution is not supported")
+        sh, sw = opts.get("stride_h", 1), opts.get("stride_w", 1)
+        dh, dw = opts.get("dilation_h_factor", 1), opts.get("dilation_w_factor", 1)
+        pad = opts.get("padding", 0)
+        oh, ow = conv_output_size(pad, h, fh, sh, dh), conv_output_size(pad, w_, fw, sw, dw)
+        ph, _ = conv_padding(pad, h, fh, sh, dh, oh)
+        pw, _ = conv_padding(pad, w_, fw, sw, dw, ow)
+        self._setup(oc, 0)
+        # row / column indices of every tap of every output pixel into the zero-padded input
+        rows = (np.arange(oh) * sh)[:, None] + np.arange(fh) * dh  # (oh, fh)
+        cols = (np.arange(ow) * sw)[:, None] + np.arange(fw) * dw  # (ow, fw)
+        self.pad = (ph, max(0, int(rows.max()) + 1 - ph - h), pw, max(0, int(cols.max()) + 1 - pw - w_))
+        self.rows, self.cols = rows, cols
+        wt = ctx.const(1)
+        if wt is None:
+            raise ctx.fail("int16 CONV_2D needs constant weights")
+        self.wmat = (np.asarray(wt, np.int64) - self.w_zp).reshape(oc, -1).T.copy()  # (fh*fw*ic, oc)
+        self.out_shape = (n, oh, ow, oc)
+        return [self.out_shape]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        t, b_, l_, r_ = self.pad
+        xp = np.pad(x.astype(np.int64), ((0, 0), (t, b_), (l_, r_), (0, 0)))
+        # (n, oh, fh, ow, fw, c) -> (n, oh, ow, fh, fw, c)
+        patches = xp[:, self.rows[:, :, None, None], self.cols[None, None, :, :], :]
+        patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(self.out_shape[:3] + (-1,))
+        acc = patches @ self.wmat
+        return [self._finish(acc)]

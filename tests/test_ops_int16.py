@@ -1,0 +1,113 @@
+"""16x8 kernels (int16 activations, int8 weights, int64 bias) against LiteRT's reference kernels.
+
+Models are quantized like TFLite's 16x8 mode: int16 activations symmetric (zero point 0) with the
+scale max|x| / 32767, int8 weights symmetric per channel (or per tensor), int64 bias at scale
+s_x * s_w, output scale from the float twin's output range so the int16 outputs span their range.
+"""
+
+import numpy as np
+import pytest
+
+from edgerun.errors import EdgerunError
+from edgerun.ir import ModelBuilder
+from edgerun.schema.tflite import Activation, Padding
+from edgerun.testing import compare_with_litert, run_edgerun, run_litert
+
+NONE, RELU, RELU6 = Activation.NONE, Activation.RELU, Activation.RELU6
+
+
+def _weights(wf, axis, per_channel):
+    red = tuple(i for i in range(wf.ndim) if i != axis)
+    scales = (np.abs(wf).max(axis=red) if per_channel else np.array([np.abs(wf).max()])).astype(np.float32) / 127
+    shape = [1] * wf.ndim
+    shape[axis] = -1
+    s = scales.reshape(shape) if per_channel else scales[0]
+    return np.clip(np.round(wf / s), -127, 127).astype(np.int8), scales
+
+
+def _build(op, x_shape, wf, bf, axis, out_shape, *, dtype, x_scale=None, y_scale=None, per_channel=True,
+           act=NONE, bias_dtype="int64", **opts):
+    b = ModelBuilder()
+    if dtype == "float32":
+        x = b.input("x", x_shape, "float32")
+        w = b.const("w", wf.astype(np.float32))
+        bias = b.const("b", bf.astype(np.float32))
+        y = b.tensor("y", out_shape, "float32")
+    else:
+        wq, ws = _weights(wf, axis, per_channel)
+        zeros = np.zeros(ws.size, np.int64)
+        x = b.input("x", x_shape, "int16", (np.float32(x_scale), 0))
+        w = b.const("w", wq, "int8", (ws, zeros, axis if per_channel else 0))
+        bs = (np.float32(x_scale) * ws).astype(np.float32)
+        bq = np.round(bf / np.broadcast_to(bs, bf.shape)).astype(bias_dtype)
+        bias = b.const("b", bq, bias_dtype, (bs, zeros, 0))
+        y = b.tensor("y", out_shape, "int16", (np.float32(y_scale), 0))
+    b.op(op, [x, w, bias], [y], fused_activation_function=act, **opts)
+    b.output(y)
+    return b.to_bytes()
+
+
+def _run_16x8(op, x_shape, wf, bf, axis, out_shape, *, seed=0, per_channel=True, act=NONE, **opts):
+    rng = np.random.default_rng(seed)
+    x_scale = 3.0 / 32767
+    xq = rng.integers(-32767, 32768, x_shape).astype(np.int16)
+    xf = (xq.astype(np.float32) * np.float32(x_scale)).astype(np.float32)
+    wq, ws = _weights(wf, axis, per_channel)
+    shape = [1] * wf.ndim
+    shape[axis] = -1
+    wd = wq * (ws.reshape(shape) if per_channel else ws[0])
+    twin = _build(op, x_shape, wd, bf, axis, out_shape, dtype="float32", **opts)
+    pre = run_litert(twin, [xf])[0]
+    y_scale = float(np.abs(pre).max()) / 32767
+    model = _build(op, x_shape, wf, bf, axis, out_shape, dtype="int16", x_scale=x_scale, y_scale=y_scale,
+                   per_channel=per_channel, act=act, **opts)
+    got = compare_with_litert(model, [xq])[0]
+    assert got.dtype == np.int16
+    assert len(np.unique(got)) > min(1000, got.size // 4), "int16 output is nearly constant"
+    # 16x8 is close to float: within a few LSB of the dequantized float twin before the activation
+    if act == NONE:
+        assert np.abs(got.astype(np.float64) * y_scale - pre).max() < 4 * y_scale
+    return got
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("act", [NONE, RELU, RELU6])
+def test_fully_connected_16x8(per_channel, act):
+    rng = np.random.default_rng(1)
+    wf = rng.normal(0, 0.3, (24, 40)).astype(np.float32)
+    bf = rng.normal(0, 0.5, 24).astype(np.float32)
+    _run_16x8("FULLY_CONNECTED", (3, 40), wf, bf, 0, (3, 24), per_channel=per_channel, act=act)
+
+
+@pytest.mark.parametrize("padding,stride,dilation", [(Padding.SAME, 1, 1), (Padding.VALID, 2, 1),
+                                                     (Padding.SAME, 2, 1), (Padding.VALID, 1, 2)])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_conv2d_16x8(padding, stride, dilation, per_channel):
+    from edgerun.ops.common import conv_output_size
+
+    rng = np.random.default_rng(2)
+    wf = rng.normal(0, 0.3, (8, 3, 3, 5)).astype(np.float32)
+    bf = rng.normal(0, 0.5, 8).astype(np.float32)
+    oh = conv_output_size(padding, 11, 3, stride, dilation)
+    ow = conv_output_size(padding, 9, 3, stride, dilation)
+    _run_16x8("CONV_2D", (2, 11, 9, 5), wf, bf, 0, (2, oh, ow, 8), per_channel=per_channel, padding=padding,
+              stride_h=stride, stride_w=stride, dilation_h_factor=dilation, dilation_w_factor=dilation)
+
+
+def test_conv2d_16x8_relu6():
+    rng = np.random.default_rng(3)
+    wf = rng.normal(0, 0.3, (6, 3, 3, 4)).astype(np.float32)
+    bf = rng.normal(0, 0.5, 6).astype(np.float32)
+    _run_16x8("CONV_2D", (1, 8, 8, 4), wf, bf, 0, (1, 8, 8, 6), act=RELU6, padding=Padding.SAME,
+              stride_h=1, stride_w=1)
+
+
+def test_int16_op_without_kernel_is_refused_with_a_message():
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 2), "int16", (np.float32(0.001), 0))
+    y = b.tensor("y", (1, 2, 2, 2), "int16", (np.float32(0.001), 0))
+    b.op("AVERAGE_POOL_2D", [x], [y], padding=Padding.VALID, stride_h=2, stride_w=2, filter_height=2,
+         filter_width=2)
+    b.output(y)
+    with pytest.raises(EdgerunError, match="AVERAGE_POOL_2D.*int16|int16.*AVERAGE_POOL_2D"):
+        run_edgerun(b.to_bytes(), [np.zeros((1, 4, 4, 2), np.int16)])
