@@ -105,9 +105,37 @@ def test_conv2d_16x8_relu6():
 def test_int16_op_without_kernel_is_refused_with_a_message():
     b = ModelBuilder()
     x = b.input("x", (1, 4, 4, 2), "int16", (np.float32(0.001), 0))
-    y = b.tensor("y", (1, 2, 2, 2), "int16", (np.float32(0.001), 0))
-    b.op("AVERAGE_POOL_2D", [x], [y], padding=Padding.VALID, stride_h=2, stride_w=2, filter_height=2,
-         filter_width=2)
+    y = b.tensor("y", (1, 4, 4, 2), "int16", (np.float32(1 / 32768), 0))
+    b.op("LOGISTIC", [x], [y])
     b.output(y)
-    with pytest.raises(EdgerunError, match="AVERAGE_POOL_2D.*int16|int16.*AVERAGE_POOL_2D"):
+    with pytest.raises(EdgerunError, match="LOGISTIC/int16"):
         run_edgerun(b.to_bytes(), [np.zeros((1, 4, 4, 2), np.int16)])
+
+
+@pytest.mark.parametrize("op", ["MAX_POOL_2D", "AVERAGE_POOL_2D"])
+@pytest.mark.parametrize("padding,stride,size", [(Padding.VALID, 2, 2), (Padding.SAME, 2, 3), (Padding.SAME, 1, 3)])
+@pytest.mark.parametrize("act", [NONE, RELU])
+def test_pool_16x8(op, padding, stride, size, act):
+    from edgerun.ops.common import conv_output_size
+
+    scale = np.float32(0.002)
+    oh, ow = conv_output_size(padding, 9, size, stride), conv_output_size(padding, 7, size, stride)
+    b = ModelBuilder()
+    x = b.input("x", (2, 9, 7, 3), "int16", (scale, 0))
+    y = b.tensor("y", (2, oh, ow, 3), "int16", (scale, 0))
+    b.op(op, [x], [y], padding=padding, stride_h=stride, stride_w=stride, filter_height=size, filter_width=size,
+         fused_activation_function=act)
+    b.output(y)
+    xq = np.random.default_rng(4).integers(-32768, 32768, (2, 9, 7, 3)).astype(np.int16)
+    got = compare_with_litert(b.to_bytes(), [xq])[0]
+    assert len(np.unique(got)) > got.size // 4
+
+
+def test_reshape_16x8():
+    b = ModelBuilder()
+    x = b.input("x", (2, 3, 4), "int16", (np.float32(0.01), 0))
+    y = b.tensor("y", (2, 12), "int16", (np.float32(0.01), 0))
+    b.op("RESHAPE", [x, b.const("shape", np.array([2, 12], np.int32))], [y], new_shape=[2, 12])
+    b.output(y)
+    xq = np.random.default_rng(5).integers(-32768, 32768, (2, 3, 4)).astype(np.int16)
+    compare_with_litert(b.to_bytes(), [xq])

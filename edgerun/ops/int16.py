@@ -9,7 +9,8 @@ MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15:
     y     = (acc * m16 + 2^(14 - shift)) >> (15 - shift)          (arithmetic shift, int64)
     y     = clamp(y, act_lo, act_hi)                                (int16, no output zero point)
 
-Ops covered here: FULLY_CONNECTED and CONV_2D. Other ops with int16 tensors have no kernel yet
+Ops covered here: FULLY_CONNECTED, CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D (RESHAPE's int16 form
+is registered in :mod:`edgerun.ops.shape`). Other ops with int16 tensors have no kernel yet
 and are refused by the registry lookup (``edgerun has kernels for ...``).
 """
 
@@ -172,3 +173,56 @@ class Conv2D16x8(_Weighted16):
         patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(self.out_shape[:3] + (-1,))
         acc = patches @ self.wmat
         return [self._finish(acc)]
+
+
+@register("MAX_POOL_2D", "int16")
+@register("AVERAGE_POOL_2D", "int16")
+class Pool16(Kernel):
+    """int16 MAX_POOL_2D / AVERAGE_POOL_2D (``reference_integer_ops::MaxPool`` / ``AveragePool`` for int16).
+
+    Windows are clipped to the input (padding never takes part). Average pooling sums in int32 and
+    divides rounding to nearest, ties away from zero: ``(sum +- count/2) / count`` in C division.
+    """
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        x, y = ctx.input(0), ctx.output(0)
+        if y.dtype != "int16":
+            raise ctx.fail(f"int16 pooling with a {y.dtype} output is not supported")
+        s_x, zp_x = qparams(x)
+        s_y, zp_y = qparams(y)
+        if (float(s_x), zp_x) != (float(s_y), zp_y):
+            raise ctx.invalid("int16 pooling needs the same scale and zero point on input and output")
+        self.is_max = ctx.model.op_code(ctx.op).builtin == "MAX_POOL_2D"
+        n, h, w, c = ctx.input_shape(0)
+        fh, fw = opts.get("filter_height", 1), opts.get("filter_width", 1)
+        sh, sw = opts.get("stride_h", 1), opts.get("stride_w", 1)
+        pad = opts.get("padding", 0)
+        oh, ow = conv_output_size(pad, h, fh, sh), conv_output_size(pad, w, fw, sw)
+        ph, _ = conv_padding(pad, h, fh, sh, 1, oh)
+        pw, _ = conv_padding(pad, w, fw, sw, 1, ow)
+        rows = (np.arange(oh) * sh - ph)[:, None] + np.arange(fh)  # (oh, fh), may fall outside [0, h)
+        cols = (np.arange(ow) * sw - pw)[:, None] + np.arange(fw)
+        self.rows, self.cols = np.clip(rows, 0, h - 1), np.clip(cols, 0, w - 1)
+        valid = ((rows >= 0) & (rows < h))[:, None, :, None] & ((cols >= 0) & (cols < w))[None, :, None, :]
+        self.valid = valid.reshape(oh, ow, fh * fw)  # (oh, ow, taps)
+        self.count = self.valid.sum(axis=2).astype(np.int64)[None, :, :, None]
+        self.lo, self.hi = quantized_activation_range(opts.get("fused_activation_function", 0), s_y, zp_y, "int16")
+        self.out_shape = (n, oh, ow, c)
+        return [self.out_shape]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        n, oh, ow, c = self.out_shape
+        taps = x[:, self.rows[:, None, :, None], self.cols[None, :, None, :], :]  # (n, oh, ow, fh, fw, c)
+        taps = taps.reshape(n, oh, ow, -1, c).astype(np.int64)
+        mask = self.valid[None, :, :, :, None]
+        if self.is_max:
+            y = np.where(mask, taps, -(1 << 40)).max(axis=3)
+        else:
+            acc = np.where(mask, taps, 0).sum(axis=3)
+            half = self.count // 2
+            num = np.where(acc > 0, acc + half, acc - half)
+            y = np.sign(num) * (np.abs(num) // self.count)  # C integer division truncates toward zero
+        np.clip(y, self.lo, self.hi, out=y)
+        return [y.astype(np.int16)]

@@ -63,7 +63,7 @@ class _Reshaping(Kernel):
         return [np.reshape(inputs[0], self.out_shape)]
 
 
-@register("RESHAPE", *_SHAPE_DTYPES, "bool")
+@register("RESHAPE", *_SHAPE_DTYPES, "int16", "bool")
 class Reshape(_Reshaping):
     """New shape from the shape tensor (input 1) when it is a 1-D vector, else from
     ``options.new_shape``; one dimension may be -1 (inferred); ``new_shape == [0]`` means a
