@@ -234,6 +234,39 @@ def calibrate(float_bytes: bytes, g, source, calib_idx, method: str, percentile:
     return cal.ranges_from(observers, method, percentile, heads=head_tensors(g)), cached, None
 
 
+def equalized_copy(g):
+    """(equalized copy of ``g``, pairs) before calibration, or None when no pair can be equalized."""
+    from edgerun.convert import equalize as eq
+
+    g2, n = eq.equalized_copy(g)
+    return None if g2 is None else (g2, n)
+
+
+def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, method: str, percentile: float,
+                     batch_size: int, use_cache: bool, rep: ConversionReport):
+    """Calibrate the cross-layer-equalized copy ``g_eq`` (:mod:`edgerun.convert.equalize`) afresh;
+    returns the (graph, float bytes, ranges) whose int8 model has the lower error on the
+    calibration samples, both scored against the original float model. Records what was tried in
+    ``rep.calibration["equalization"]``."""
+    from edgerun.convert import equalize as eq
+
+    g2, n = g_eq
+    fb2 = g2.to_bytes("edgerun convert (float32)")
+    r2, _, s2 = calibrate(fb2, g2, source, calib_idx, method, percentile, batch_size, None, use_cache)
+    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx)
+    e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx)
+
+    def db(e):
+        return round(float(-10 * np.log10(max(e, 1e-15))), 2)
+    keep = e2 < e1
+    rep.calibration["equalization"] = {"pairs": n, "kept": keep, "before_db": db(e1), "after_db": db(e2)}
+    if not keep:
+        return g, float_bytes, ranges
+    if s2 is not None:
+        rep.calibration["range_search"] = s2
+    return g2, fb2, r2
+
+
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
                          budget, target, max_float_layers: int, rep: ConversionReport, eval_progress):
     """Quantize; with a budget keep the layers that hurt most in float until it is met.
@@ -498,7 +531,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
             max_drop=None, target: str | None = None, preprocessing: dict | None = None,
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
             eval_progress=None, use_cache: bool = True, max_float_layers: int = 8,
-            percentile: float = 99.99, validate: bool = True) -> ConversionReport:
+            percentile: float = 99.99, validate: bool = True, equalize: bool = True) -> ConversionReport:
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
     calib: .npy / .npz path, image folder, ``"random"``, arrays, or a CalibrationSource.
@@ -510,6 +543,8 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     :class:`edgerun.convert.drift.Budget`); not met -> ``report.ok`` False. target: refuse a float
     fallback when the target needs full int8 (coral / edgetpu / mcu). validate: load and run the
     result in LiteRT in a child process before writing it. progress / eval_progress: ``cb(done, total)``.
+    equalize: try cross-layer equalization (depthwise-separable chains through ReLU or no
+    activation) and keep it when the int8 model's error on calibration samples falls.
     """
     from edgerun.convert import calibrate as cal
     from edgerun.convert import drift
@@ -574,10 +609,15 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         return finish(rep, float_bytes, out_path, timings, t0, validate=False)
 
     t1 = time.perf_counter()
+    # the equalized copy is taken before calibration: the range search corrects ``g``'s biases in place
+    g_eq = equalized_copy(g) if equalize else None
     ranges, rep.calibration["cached"], search = calibrate(float_bytes, g, source, calib_idx, calib_method,
                                                           percentile, batch_size, progress, use_cache)
     if search is not None:
         rep.calibration["range_search"] = search
+    if g_eq is not None:  # cross-layer equalization, kept when the int8 model's error falls
+        g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
+                                                  percentile, batch_size, use_cache, rep)
     timings["calibrate"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g))]
     if inherent and requires_full_int8(target):
