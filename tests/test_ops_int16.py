@@ -139,3 +139,17 @@ def test_reshape_16x8():
     b.output(y)
     xq = np.random.default_rng(5).integers(-32768, 32768, (2, 3, 4)).astype(np.int16)
     compare_with_litert(b.to_bytes(), [xq])
+
+
+@pytest.mark.parametrize("shape", [(64, 10), (3, 1000)])
+@pytest.mark.parametrize("x_scale,beta", [(3.0 / 32767, 1.0), (10.0 / 32767, 1.0), (0.5 / 32767, 2.0),
+                                          (20.0 / 32767, 0.7)])
+def test_softmax_16x8(shape, x_scale, beta):
+    b = ModelBuilder()
+    x = b.input("x", shape, "int16", (np.float32(x_scale), 0))
+    y = b.tensor("y", shape, "int16", (np.float32(1 / 32768), 0))
+    b.op("SOFTMAX", [x], [y], beta=beta)
+    b.output(y)
+    xq = np.random.default_rng(6).integers(-32768, 32768, shape).astype(np.int16)
+    got = compare_with_litert(b.to_bytes(), [xq])[0]
+    assert len(np.unique(got)) > 10

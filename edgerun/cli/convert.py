@@ -36,6 +36,9 @@ def convert_cli(
                                      "model and tensor by the error at the outputs), or one of minmax, "
                                      "percentile, entropy, mse for every tensor."),
     io_type: str = typer.Option("int8", "--io-type", help="Model input/output type: int8, uint8 or float32."),
+    activations: str = typer.Option("int8", "--activations", help="Activation precision: int8, or int16 "
+                                    "(TFLite's 16x8 mode: int16 activations, int8 weights, int64 bias; "
+                                    "int16 or float32 model inputs/outputs)."),
     float_only: bool = typer.Option(False, "--float", help="Write an unquantized float32 TFLite (the "
                                     "converter's correctness baseline)."),
     input_shape: str = typer.Option(None, "--input-shape", help="Pin dynamic dims: NAME:1,3,224,224 "
@@ -84,7 +87,7 @@ def convert_cli(
         rep = convert(model, output, calib=calib, calib_method=calib_method, io_type=io_type,
                       float_only=float_only, input_shape=input_shape, input_layout=input_layout,
                       per_layer=per_layer or _is_html(report), max_drop=max_drop, target=target, preprocessing=pre,
-                      progress=cb, eval_progress=ecb, use_cache=not no_cache)
+                      progress=cb, eval_progress=ecb, use_cache=not no_cache, activations=activations)
     d = rep.to_dict()
     if report is not None and _is_html(report):
         from edgerun.bench.report import write_convert_report

@@ -267,15 +267,40 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     return g2, fb2, r2
 
 
+def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float, progress,
+                 rep: ConversionReport):
+    """AdaRound (:mod:`edgerun.convert.adaround`) on a copy of ``g``; returns the graph whose int8
+    model has the lower error on the calibration samples. Records ``rep.calibration["optimize"]``."""
+    import copy
+
+    from edgerun.convert import adaround
+    from edgerun.convert import equalize as eq
+
+    g2 = copy.deepcopy(g)
+    corrected = bool((rep.calibration.get("range_search") or {}).get("bias_correction"))
+    info = adaround.optimize(g2, float_bytes, source, calib_idx, seconds=seconds, bias_corrected=corrected,
+                             progress=progress)
+    info["kept"] = False
+    if info["changed"]:
+        e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx)
+        e2 = eq.int8_error(g2, ranges, float_bytes, source, calib_idx)
+        info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
+        info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
+        info["kept"] = e2 < e1
+    rep.calibration["optimize"] = info
+    return g2 if info["kept"] else g
+
+
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
-                         budget, target, max_float_layers: int, rep: ConversionReport, eval_progress):
+                         budget, target, max_float_layers: int, rep: ConversionReport, eval_progress,
+                         activations: str = "int8"):
     """Quantize; with a budget keep the layers that hurt most in float until it is met.
     Returns (quantized graph, bytes, kept layer names); sets ``rep.outputs`` / ``budget_met``."""
     from edgerun.convert import drift
     from edgerun.convert.quantize import quantize_graph
 
     def build(keep):
-        qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep)
+        qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations)
         return qg, qg.to_bytes("edgerun convert (int8)")
 
     kept: list[str] = []
@@ -531,7 +556,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
             max_drop=None, target: str | None = None, preprocessing: dict | None = None,
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
             eval_progress=None, use_cache: bool = True, max_float_layers: int = 8,
-            percentile: float = 99.99, validate: bool = True, equalize: bool = True) -> ConversionReport:
+            percentile: float = 99.99, validate: bool = True, equalize: bool = True,
+            activations: str = "int8", optimize: bool = False, optimize_seconds: float = 60.0,
+            optimize_progress=None) -> ConversionReport:
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
     calib: .npy / .npz path, image folder, ``"random"``, arrays, or a CalibrationSource.
@@ -545,6 +572,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     result in LiteRT in a child process before writing it. progress / eval_progress: ``cb(done, total)``.
     equalize: try cross-layer equalization (depthwise-separable chains through ReLU or no
     activation) and keep it when the int8 model's error on calibration samples falls.
+    optimize: learn each layer's weight rounding (:mod:`edgerun.convert.adaround`) within
+    ``optimize_seconds``, kept when the int8 model's error on calibration samples falls;
+    optimize_progress: ``cb(layers done, layers)``.
     """
     from edgerun.convert import calibrate as cal
     from edgerun.convert import drift
@@ -553,6 +583,10 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     t0 = time.perf_counter()
     path = Path(model_path)
     check_options(calib_method, io_type, input_layout, target, cal.METHODS)
+    if activations not in ("int8", "int16"):
+        raise ConversionError(f"activations {activations!r}: use int8 or int16")
+    if activations == "int16" and io_type in ("int8", "uint8"):
+        io_type = "int16"  # 16x8 models take and give int16 (or float32) tensors
     from edgerun._fs import read_regular
 
     data = read_regular(path, limit=1 << 34, what="model", error=ConversionError)  # missing: exit 3
@@ -575,7 +609,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     out_names = [g.tensors[i].name for i in g.outputs]
     timings = {"frontend": time.perf_counter() - t0}
     rep = ConversionReport(source=str(model_path), output=str(out_path) if out_path else None,
-                           mode="float32" if float_only else "int8", io_type=io_type if not float_only else "float32",
+                           mode="float32" if float_only else {"int16": "int16x8"}.get(activations, "int8"), io_type=io_type if not float_only else "float32",
                            calib_method=None if float_only else calib_method, warnings=warnings, budget=None,
                            io={"inputs": [{"name": n, "shape": list(s)} for n, s, _ in inputs],
                                "outputs": out_names, "layouts": fe.layout_info})
@@ -619,14 +653,19 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
                                                   percentile, batch_size, use_cache, rep)
     timings["calibrate"] = time.perf_counter() - t1
-    inherent = [g.ops[i].op for i in sorted(float_ops(g))]
+    if optimize:  # learned weight rounding, kept when the int8 model's error falls
+        t1 = time.perf_counter()
+        g = try_optimize(g, ranges, float_bytes, source, calib_idx, optimize_seconds, optimize_progress, rep)
+        timings["optimize"] = time.perf_counter() - t1
+    inherent = [g.ops[i].op for i in sorted(float_ops(g, activations=activations))]
     if inherent and requires_full_int8(target):
         raise ConversionError(f"target '{target}' needs every op in int8, but {', '.join(sorted(set(inherent)))} "
                               "has no int8 form in TFLite; change the model or pick another target")
 
     t1 = time.perf_counter()
     qg, q_bytes, kept = quantize_with_budget(g, ranges, io_type, fe.reference, float_bytes, source, eval_idx,
-                                             out_names, budget, target, max_float_layers, rep, eval_progress)
+                                             out_names, budget, target, max_float_layers, rep, eval_progress,
+                                             activations)
     if validate:  # before LiteRT (XNNPACK, inspect) loads it in this process
         t2 = time.perf_counter()
         rep.litert_check = validate_in_litert(q_bytes)

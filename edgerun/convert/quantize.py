@@ -20,6 +20,11 @@ Each op's rule is data declared with the op (``OpDef.quant_rule``, in ``edgerun/
 :data:`RULES` is the converter's view of that one table.
 Ops with no int8 form in TFLite (or that the caller keeps in float to meet an accuracy budget)
 run in float between DEQUANTIZE and QUANTIZE.
+
+16x8 mode (``activations="int16"``, TFLite's "int16 activations, int8 weights"): activations are
+int16 symmetric (zero point 0, ``scale = max(|lo|, |hi|) / 32767``), weights stay int8 symmetric
+per channel, biases are int64 at ``input_scale * weight_scale_c``. Only the ops in
+:data:`INT16_OPS` (those edgerun has bit-exact 16x8 kernels for) are quantized; others run in float.
 """
 
 from __future__ import annotations
@@ -132,12 +137,29 @@ class _UF:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset()) -> set[int]:
+#: ops the 16x8 mode quantizes, with the op version LiteRT gives their int16 form
+INT16_OPS = {"CONV_2D": 4, "FULLY_CONNECTED": 7, "MAX_POOL_2D": 3, "AVERAGE_POOL_2D": 3, "RESHAPE": 1,
+             "SOFTMAX": 3}
+#: fixed int16 output parameters (LiteRT's int16 SOFTMAX requires 1/32768, zero point 0)
+FIXED16 = {"SOFTMAX": (1.0 / 32768, 0)}
+
+
+def activation_params16(lo: float, hi: float) -> tuple[float, int]:
+    """int16 symmetric (scale, 0) for [lo, hi]: ``scale = max(|lo|, |hi|) / 32767``."""
+    m = max(abs(float(lo)), abs(float(hi)))
+    if not np.isfinite(m):
+        raise ConversionError(f"non-finite calibrated range [{lo}, {hi}]")
+    if m < NEAR_ZERO_RANGE:
+        return DEGENERATE_SCALE, 0
+    return float(np.float32(m / 32767.0)), 0
+
+
+def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activations: str = "int8") -> set[int]:
     """Indices of ops that stay float: no int8 form, or named (by output tensor) in keep_float."""
     out = set()
     for i, op in enumerate(g.ops):
         rule = RULES.get(op.op)
-        if rule is None or rule.kind == "float":
+        if rule is None or rule.kind == "float" or (activations == "int16" and op.op not in INT16_OPS):
             out.add(i)
         elif any(g.tensors[o].name in keep_float for o in op.outputs):
             out.add(i)
@@ -147,11 +169,18 @@ def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset()) -> set[i
 
 
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
-                   keep_float: set[str] | frozenset = frozenset()) -> Graph:
-    """A new int8 Graph from float graph ``g`` and calibrated ranges keyed by tensor name."""
-    if io_type not in ("int8", "uint8", "float32"):
+                   keep_float: set[str] | frozenset = frozenset(), activations: str = "int8") -> Graph:
+    """A new int8 (or 16x8 with ``activations="int16"``) Graph from float graph ``g`` and
+    calibrated ranges keyed by tensor name."""
+    if activations not in ("int8", "int16"):
+        raise ConversionError(f"activations {activations!r}: use int8 or int16")
+    adt = activations  # the dtype of quantized activation tensors
+    if adt == "int16" and io_type not in ("int16", "float32"):
+        raise ConversionError(f"io type {io_type!r} with int16 activations: use int16 or float32")
+    if adt == "int8" and io_type not in ("int8", "uint8", "float32"):
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
-    fops = float_ops(g, keep_float)
+    act_params = activation_params16 if adt == "int16" else activation_params
+    fops = float_ops(g, keep_float, activations)
     is_act = [t.data is None for t in g.tensors]
     # which activation tensors are int8: produced by an int8 op, or a graph input read by one
     q_act = set()
@@ -168,7 +197,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     fixed: dict[int, tuple[float, int]] = {}
     for i, op in enumerate(g.ops):
         if i not in fops and RULES[op.op].kind == "fixed":
-            fixed[op.outputs[0]] = RULES[op.op].fixed
+            fixed[op.outputs[0]] = FIXED16[op.op] if adt == "int16" else RULES[op.op].fixed
     class_fixed: dict[int, tuple[float, int]] = {t: f for t, f in fixed.items()}
 
     def join(a, b):
@@ -222,7 +251,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         if r in class_fixed:
             params[t] = class_fixed[r]
         elif r in class_range and np.isfinite(class_range[r][0]):
-            params[t] = activation_params(*class_range[r])
+            params[t] = act_params(*class_range[r])
     for t in q_act:
         if t not in params:
             raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}' "
@@ -240,7 +269,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         src = g.tensors[t]
         if t in q_act:
             s, z = params[t]
-            idx = q.tensor(src.name, src.shape, "int8", quant=QuantParams([s], [z]))
+            idx = q.tensor(src.name, src.shape, adt, quant=QuantParams([s], [z]))
         else:
             idx = q.tensor(src.name, src.shape, src.dtype, data=src.data)
         new_idx[t] = idx
@@ -248,7 +277,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
 
     def as_float(t: int) -> int:
         m = main_tensor(t)
-        if q.tensors[m].dtype != "int8" or t not in q_act:
+        if q.tensors[m].dtype != adt or t not in q_act:
             return m
         key = (t, "float")
         if key not in conv_cache:
@@ -264,7 +293,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 return m
             key = (t, f"requant{want}")
             if key not in conv_cache:
-                r = q.tensor(g.tensors[t].name + "_requant", g.tensors[t].shape, "int8", quant=QuantParams([want[0]], [want[1]]))
+                r = q.tensor(g.tensors[t].name + "_requant", g.tensors[t].shape, adt, quant=QuantParams([want[0]], [want[1]]))
                 q.ops.append(Op("QUANTIZE", [m], [r], version=2))
                 conv_cache[key] = r
             return conv_cache[key]
@@ -273,7 +302,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             if want is None and t not in params:
                 raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}'")
             s, z = want if want is not None else params[t]
-            r = q.tensor(g.tensors[t].name + "_quant", g.tensors[t].shape, "int8", quant=QuantParams([s], [z]))
+            r = q.tensor(g.tensors[t].name + "_quant", g.tensors[t].shape, adt, quant=QuantParams([s], [z]))
             q.ops.append(Op("QUANTIZE", [m], [r], version=1))
             conv_cache[key] = r
         return conv_cache[key]
@@ -285,14 +314,14 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             q.inputs.append(main_tensor(t))
             continue
         s, z = params[t]
-        if io_type == "int8":
+        if io_type in ("int8", "int16"):
             q.inputs.append(main_tensor(t))
             continue
         if io_type == "uint8":
             ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
         else:
             ext = q.tensor(src.name, src.shape, "float32")
-        inner = q.tensor(src.name + "_int8", src.shape, "int8", quant=QuantParams([s], [z]))
+        inner = q.tensor(src.name + "_" + adt, src.shape, adt, quant=QuantParams([s], [z]))
         new_idx[t] = inner
         q.ops.append(Op("QUANTIZE", [ext], [inner], version=2 if io_type == "uint8" else 1))
         q.inputs.append(ext)
@@ -330,12 +359,14 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 wdata = g.tensors[op.inputs[rule.weight_input]].data.astype(np.float32)
                 ws, _ = weight_params(wdata, rule.weight_axis, _bias_floor(g, op, rule, params))
                 bs = (np.float64(in_s) * ws.astype(np.float64)).astype(np.float32)
-                bq = np.clip(np.round(data.astype(np.float64) / bs.astype(np.float64)), -(2 ** 31 - 1), 2 ** 31 - 1)
-                ins.append(q.tensor(src.name, src.shape, "int32", data=bq.astype(np.int32),
+                bq = np.round(data.astype(np.float64) / bs.astype(np.float64))
+                bdt = "int64" if adt == "int16" else "int32"
+                lim = 2.0 ** 63 - 1024 if adt == "int16" else 2 ** 31 - 1
+                ins.append(q.tensor(src.name, src.shape, bdt, data=np.clip(bq, -lim, lim).astype(bdt),
                                     quant=QuantParams(bs, np.zeros(bs.size, np.int64), 0)))
             elif rule.kind == "same" and (k in rule.shared or rule.shared == (-1,)):
                 s, z = out_p
-                ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
+                ins.append(q.tensor(src.name, src.shape, adt, data=quantize_array(data, s, z, np.dtype(adt)),
                                     quant=QuantParams([s], [z])))
             else:
                 s, z = activation_params(float(data.min()) if data.size else 0.0,
@@ -343,7 +374,8 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
                                     quant=QuantParams([s], [z])))
         outs = [main_tensor(o) for o in op.outputs]
-        q.ops.append(Op(op.op, ins, outs, dict(op.options), max(op.version, rule.int8_version), op.origin))
+        version = INT16_OPS[op.op] if adt == "int16" else rule.int8_version
+        q.ops.append(Op(op.op, ins, outs, dict(op.options), max(op.version, version), op.origin))
 
     # graph outputs
     for t in g.outputs:
@@ -357,11 +389,11 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             q.outputs.append(main_tensor(t))
             continue
         s, z = params[t]
-        if io_type == "int8":
+        if io_type in ("int8", "int16"):
             q.rename(inner, src.name)
             q.outputs.append(inner)
             continue
-        q.rename(inner, src.name + "_int8")
+        q.rename(inner, src.name + "_" + adt)
         if io_type == "uint8":
             ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
             q.ops.append(Op("QUANTIZE", [inner], [ext], version=2))

@@ -9,7 +9,7 @@ MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15:
     y     = (acc * m16 + 2^(14 - shift)) >> (15 - shift)          (arithmetic shift, int64)
     y     = clamp(y, act_lo, act_hi)                                (int16, no output zero point)
 
-Ops covered here: FULLY_CONNECTED, CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D (RESHAPE's int16 form
+Ops covered here: FULLY_CONNECTED, CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, SOFTMAX (RESHAPE's int16 form
 is registered in :mod:`edgerun.ops.shape`). Other ops with int16 tensors have no kernel yet
 and are refused by the registry lookup (``edgerun has kernels for ...``).
 """
@@ -226,3 +226,84 @@ class Pool16(Kernel):
             y = np.sign(num) * (np.abs(num) // self.count)  # C integer division truncates toward zero
         np.clip(y, self.lo, self.hi, out=y)
         return [y.astype(np.int16)]
+
+
+def int16_lut(func, lo: float, hi: float, ftype=np.float32) -> np.ndarray:
+    """TFLite's 513-entry int16 interpolation table of ``func`` on [lo, hi] (outputs in [-1, 1) as Q0.15),
+    with each entry biased by half the midpoint interpolation error (``LUTPopulate`` / ``gen_lut``)."""
+    ft = ftype
+    step = (ft(hi) - ft(lo)) / ft(512)
+    half = step / ft(2)
+    k = ft(32768.0)
+
+    def rnd(v):  # TfLiteRound: half away from zero
+        return np.sign(v) * np.floor(np.abs(v) + ft(0.5))
+
+    lut = np.zeros(513, np.int64)
+    for i in range(512):
+        x = ft(lo) + ft(i) * step
+        val = ft(func(x))
+        val_mid = ft(func(ft(x + half)))
+        val_next = ft(func(ft(ft(lo) + ft(i + 1) * step)))
+        sample = rnd(ft(val * k))
+        interp = rnd(ft((ft(val_next * k) + rnd(ft(val * k))) / ft(2)))
+        mid = rnd(ft(val_mid * k))
+        bias = rnd(ft((interp - mid) / ft(2)))
+        lut[i] = int(min(max(sample - bias, -32768.0), 32767.0))
+    lut[512] = int(min(max(rnd(ft(ft(func(ft(hi))) * k)), -32768.0), 32767.0))
+    return lut
+
+
+def lut_lookup(v: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """TFLite's int16 LUT lookup: base ``lut[256 + (v >> 7)]`` plus the slope times ``v & 0x7f`` (Q0.7), rounded."""
+    v = v.astype(np.int64)
+    idx = 256 + (v >> 7)
+    off = v & 0x7F
+    base = lut[idx]
+    slope = lut[idx + 1] - base
+    return base + ((slope * off + 64) >> 7)
+
+
+@register("SOFTMAX", "int16")
+class Softmax16(Kernel):
+    """int16 SOFTMAX (``reference_ops::SoftmaxInt16``): exp(x - max) and 1 / (1 + x) from int16 tables,
+    output scale 1/32768, zero point 0."""
+
+    #: the table arithmetic's float type: double matches LiteRT's reference bit for bit (float32 is 1 LSB off)
+    lut_float = np.float64
+
+    def prepare(self):
+        ctx = self.ctx
+        x, y = ctx.input(0), ctx.output(0)
+        if y.dtype != "int16":
+            raise ctx.fail(f"int16 SOFTMAX writes int16, not {y.dtype}")
+        s_x, zp_x = qparams(x)
+        s_y, zp_y = qparams(y)
+        if zp_x != 0 or zp_y != 0:
+            raise ctx.fail("int16 SOFTMAX needs zero points 0")
+        if abs(float(s_y) - 1.0 / 32768) > 1e-12:
+            raise ctx.invalid(f"int16 SOFTMAX output scale must be 1/32768, got {float(s_y)}")
+        beta = float(ctx.options.get("beta", 1.0))
+        self.mult, self.shift = quantize_multiplier(float(s_x) * beta / (10.0 / 65535.0))
+        ft = self.lut_float
+        self.exp_lut = int16_lut(lambda v: np.exp(v), -10.0, 0.0, ft)
+        self.recip_lut = int16_lut(lambda v: ft(1.0) / (ft(1.0) + v), 0.0, 1.0, ft)
+        return [ctx.input_shape(0)]
+
+    def eval(self, inputs):
+        from edgerun.ops.fixedpoint import multiply_by_quantized_multiplier
+
+        x = inputs[0].astype(np.int64)
+        diff = x - x.max(axis=-1, keepdims=True)
+        scaled = np.asarray(multiply_by_quantized_multiplier(diff, self.mult, self.shift), np.int64)
+        sym = np.clip(scaled + 32767, -32768, 32767)
+        e = lut_lookup(sym, self.exp_lut)
+        total = e.sum(axis=-1, keepdims=True)
+        # CountLeadingZeros of the uint32 sum
+        headroom = 32 - np.floor(np.log2(np.maximum(total, 1))).astype(np.int64) - 1
+        shifted = ((total << (headroom - 1)) + (1 << 13)) >> 14
+        sym_sum = np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767)
+        recip = lut_lookup(sym_sum, self.recip_lut)
+        right = 31 - headroom
+        y = (e * recip + (np.int64(1) << (right - 1))) >> right
+        return [np.clip(y, 0, 32767).astype(np.int16)]
