@@ -267,30 +267,6 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     return g2, fb2, r2
 
 
-def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float, progress,
-                 rep: ConversionReport):
-    """AdaRound (:mod:`edgerun.convert.adaround`) on a copy of ``g``; returns the graph whose int8
-    model has the lower error on the calibration samples. Records ``rep.calibration["optimize"]``."""
-    import copy
-
-    from edgerun.convert import adaround
-    from edgerun.convert import equalize as eq
-
-    g2 = copy.deepcopy(g)
-    corrected = bool((rep.calibration.get("range_search") or {}).get("bias_correction"))
-    info = adaround.optimize(g2, float_bytes, source, calib_idx, seconds=seconds, bias_corrected=corrected,
-                             progress=progress)
-    info["kept"] = False
-    if info["changed"]:
-        e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx)
-        e2 = eq.int8_error(g2, ranges, float_bytes, source, calib_idx)
-        info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
-        info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
-        info["kept"] = e2 < e1
-    rep.calibration["optimize"] = info
-    return g2 if info["kept"] else g
-
-
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
                          budget, target, max_float_layers: int, rep: ConversionReport, eval_progress,
                          activations: str = "int8"):
@@ -557,8 +533,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
             eval_progress=None, use_cache: bool = True, max_float_layers: int = 8,
             percentile: float = 99.99, validate: bool = True, equalize: bool = True,
-            activations: str = "int8", optimize: bool = False, optimize_seconds: float = 60.0,
-            optimize_progress=None) -> ConversionReport:
+            activations: str = "int8") -> ConversionReport:
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
     calib: .npy / .npz path, image folder, ``"random"``, arrays, or a CalibrationSource.
@@ -572,9 +547,6 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     result in LiteRT in a child process before writing it. progress / eval_progress: ``cb(done, total)``.
     equalize: try cross-layer equalization (depthwise-separable chains through ReLU or no
     activation) and keep it when the int8 model's error on calibration samples falls.
-    optimize: learn each layer's weight rounding (:mod:`edgerun.convert.adaround`) within
-    ``optimize_seconds``, kept when the int8 model's error on calibration samples falls;
-    optimize_progress: ``cb(layers done, layers)``.
     """
     from edgerun.convert import calibrate as cal
     from edgerun.convert import drift
@@ -653,10 +625,6 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
                                                   percentile, batch_size, use_cache, rep)
     timings["calibrate"] = time.perf_counter() - t1
-    if optimize:  # learned weight rounding, kept when the int8 model's error falls
-        t1 = time.perf_counter()
-        g = try_optimize(g, ranges, float_bytes, source, calib_idx, optimize_seconds, optimize_progress, rep)
-        timings["optimize"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g, activations=activations))]
     if inherent and requires_full_int8(target):
         raise ConversionError(f"target '{target}' needs every op in int8, but {', '.join(sorted(set(inherent)))} "
