@@ -59,6 +59,11 @@ def convert_cli(
     scale: float = SCALE_OPT,
     channel_order: str = CHANNEL_ORDER_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Recalibrate even if cached ranges exist."),
+    optimize: bool = typer.Option(False, "--optimize", help="Learn each layer's weight rounding (up or down "
+                                  "per weight, AdaRound) on the calibration data; kept only if the int8 "
+                                  "error falls."),
+    optimize_seconds: float = typer.Option(60.0, "--optimize-seconds", min=0.0, help="Time budget of "
+                                           "--optimize in seconds."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Convert MODEL to a full-integer int8 TFLite (or float32 with --float) and report accuracy.
@@ -83,11 +88,13 @@ def convert_cli(
         pre = spec_from_options(size=size, mean=mean, std=std, scale=scale, channel_order=channel_order,
                                 layout="NHWC")
     bars = not json_out and sys.stderr.isatty()
-    with progress("calibrating", enabled=bars) as cb, progress("evaluating", enabled=bars) as ecb:
+    with progress("calibrating", enabled=bars) as cb, progress("evaluating", enabled=bars) as ecb, \
+            progress("optimizing", enabled=bars and optimize) as ocb:
         rep = convert(model, output, calib=calib, calib_method=calib_method, io_type=io_type,
                       float_only=float_only, input_shape=input_shape, input_layout=input_layout,
                       per_layer=per_layer or _is_html(report), max_drop=max_drop, target=target, preprocessing=pre,
-                      progress=cb, eval_progress=ecb, use_cache=not no_cache, activations=activations)
+                      progress=cb, eval_progress=ecb, use_cache=not no_cache, activations=activations,
+                      optimize=optimize, optimize_seconds=optimize_seconds, optimize_progress=ocb)
     d = rep.to_dict()
     if report is not None and _is_html(report):
         from edgerun.bench.report import write_convert_report

@@ -1,0 +1,266 @@
+"""``--optimize``: learned weight rounding (AdaRound, Nagel et al. 2020, "Up or Down? Adaptive
+Rounding for Post-Training Quantization"), layer by layer, in numpy.
+
+Rounding every weight to its nearest int8 step minimises each weight's own error, not the
+layer's output error: two weights that both round up may add their errors where one up and one
+down would cancel. For each CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED layer with constant
+float weights, with ``s`` the per-channel scale :func:`edgerun.convert.quantize.weight_params`
+gives and ``W / s = floor + r``, the learned weights are ``s * (floor + h(V))`` with
+``h(V) = clip(sigmoid(V) * 1.2 - 0.1, 0, 1)`` (the rectified sigmoid), ``V`` initialised so that
+``h = r``, and ``V`` is trained with Adam to minimise
+
+    ||X (W_soft - W)^T||^2 / ||X W^T||^2  +  lam * mean(1 - |2 h - 1|^beta)
+
+over the layer's float inputs ``X`` on calibration samples (im2col patches; only ``X^T X`` is
+kept, so the cost per step is independent of the sample count). The regulariser, off for the
+first WARMUP of the steps, pushes each ``h`` to 0 or 1 while ``beta`` anneals from 20 to 2; the
+weights are then rounded hard (``h >= 0.5`` up). A layer keeps the learned rounding only when
+its output error is below nearest rounding's, and the pipeline keeps the whole result only when
+the int8 model's error on calibration samples falls.
+
+The learned int8 values are written back as float weights ``s * q``; since the largest weight of
+each channel stays at +-127, ``weight_params`` re-derives the same scale and the same ``q``. When
+the range search applied bias correction, the bias is adjusted for the new rounding's mean shift.
+Layers whose ``X^T X`` would exceed MAX_K inputs per output are skipped.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+ZETA, GAMMA = 1.1, -0.1
+#: the regulariser's weight, its annealing range, and the share of steps without it
+LAMBDA = 0.01
+BETA = (20.0, 2.0)
+WARMUP = 0.2
+#: Adam step size on V (logit space) and the most steps per layer
+LR = 0.05
+MAX_STEPS = 500
+#: calibration samples whose layer inputs make up X
+SAMPLES = 16
+#: patch length (KH * KW * I) above which a layer is skipped (X^T X is K x K float64)
+MAX_K = 4608
+#: the default time budget in seconds (the CLI's --optimize-seconds)
+SECONDS = 60.0
+
+
+def _layers(g):
+    from edgerun.convert.quantize import RULES, float_ops
+
+    fops = float_ops(g)
+    for i, op in enumerate(g.ops):
+        if i in fops or op.op not in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+            continue
+        if op.op == "FULLY_CONNECTED" and op.options.get("keep_num_dims"):
+            continue
+        w, x = g.tensors[op.inputs[1]], g.tensors[op.inputs[0]]
+        if w.data is None or w.data.dtype.kind != "f" or x.data is not None or w.data.ndim not in (2, 4):
+            continue
+        k = int(np.prod(w.data.shape[1:])) if op.op != "DEPTHWISE_CONV_2D" else int(np.prod(w.data.shape[1:3]))
+        if k > MAX_K:
+            continue
+        yield i, op, RULES[op.op]
+
+
+def _patches(x: np.ndarray, op, kh: int, kw: int) -> np.ndarray:
+    """im2col of one NHWC sample [1, H, W, C] -> [positions, KH, KW, C] as the op reads it."""
+    from edgerun.schema.tflite import Padding
+
+    o = op.options
+    sh, sw = int(o.get("stride_h", 1)), int(o.get("stride_w", 1))
+    dh, dw = int(o.get("dilation_h_factor", 1)), int(o.get("dilation_w_factor", 1))
+    _, h, w, c = x.shape
+    eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if o.get("padding", Padding.SAME) == Padding.SAME:
+        oh, ow = -(-h // sh), -(-w // sw)
+        ph, pw = max((oh - 1) * sh + eh - h, 0), max((ow - 1) * sw + ew - w, 0)
+        x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+    else:
+        oh, ow = (h - eh) // sh + 1, (w - ew) // sw + 1
+    cols = np.empty((oh, ow, kh, kw, c), np.float64)
+    for a in range(kh):
+        for b in range(kw):
+            cols[:, :, a, b, :] = x[0, a * dh: a * dh + (oh - 1) * sh + 1: sh, b * dw: b * dw + (ow - 1) * sw + 1: sw, :]
+    return cols.reshape(oh * ow, kh, kw, c)
+
+
+def _stats(g, op, xs):
+    """(X^T X, row count, mean patch) for the layer: CONV_2D / FC [K, K]; DEPTHWISE [C, KH*KW, KH*KW]."""
+    w = g.tensors[op.inputs[1]].data
+    xtx, n, tot = 0.0, 0, 0.0
+    for x in xs:
+        if op.op == "FULLY_CONNECTED":
+            p = x.astype(np.float64).reshape(-1, w.shape[1])
+            xtx = xtx + p.T @ p
+        elif op.op == "CONV_2D":
+            p = _patches(x.astype(np.float64), op, w.shape[1], w.shape[2]).reshape(-1, int(np.prod(w.shape[1:])))
+            xtx = xtx + p.T @ p
+        else:
+            cp = _patches(x.astype(np.float64), op, w.shape[1], w.shape[2])
+            p = cp.reshape(cp.shape[0], -1, cp.shape[-1]).transpose(2, 0, 1)  # [C, positions, KH*KW]
+            xtx = xtx + np.einsum("cpk,cpl->ckl", p, p)
+            p = cp.reshape(cp.shape[0], -1)
+        n += p.shape[0] if op.op != "DEPTHWISE_CONV_2D" else cp.shape[0]
+        tot = tot + (p.reshape(-1, p.shape[-1]).sum(0) if op.op != "DEPTHWISE_CONV_2D" else cp.sum(0))
+    return xtx, n, tot / max(n, 1)
+
+
+def _flat(w, op):
+    """Weights as rows per output channel: [O, K] (DEPTHWISE: [C*mult, KH*KW])."""
+    if op.op == "DEPTHWISE_CONV_2D":
+        return w.reshape(-1, w.shape[-1]).T
+    return w.reshape(w.shape[0], -1)
+
+
+def _unflat(f, w, op):
+    if op.op == "DEPTHWISE_CONV_2D":
+        return f.T.reshape(w.shape)
+    return f.reshape(w.shape)
+
+
+class _Layer:
+    """The quadratic reconstruction loss of one layer in flat form."""
+
+    def __init__(self, op, w, xtx, in_ch):
+        self.dw = op.op == "DEPTHWISE_CONV_2D"
+        self.xtx = xtx
+        if self.dw:
+            mult = w.shape[-1] // in_ch
+            self.ch = np.arange(w.shape[-1]) // mult  # input channel of each output channel
+        self.W = _flat(w.astype(np.float64), op)
+
+    def grad(self, D):
+        """(sum of squared output error, its gradient) for a weight error D (rows as W)."""
+        if self.dw:
+            G = np.einsum("okl,ol->ok", self.xtx[self.ch], D)
+        else:
+            G = D @ self.xtx
+        return float(np.sum(G * D)), 2.0 * G
+
+
+def _h(V):
+    return np.clip(1.0 / (1.0 + np.exp(-V)) * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
+
+
+def learn_rounding(layer: _Layer, scale: np.ndarray, deadline: float, steps: int | None = None) -> tuple[np.ndarray, dict]:
+    """Learned integer weights (rows as layer.W) and what happened; nearest rounding when not better.
+    Stops at ``steps`` (MAX_STEPS) or at ``deadline`` (perf_counter), the annealing following whichever is nearer."""
+    steps = MAX_STEPS if steps is None else steps
+    s = scale.astype(np.float64).reshape(-1, 1)
+    W = layer.W
+    near = np.clip(np.round(W / s), -127, 127)
+    energy = max(layer.grad(W)[0], 1e-30)
+    e_near = layer.grad(near * s - W)[0] / energy
+    fl = np.floor(W / s)
+    r = W / s - fl
+    # weights already at the int8 limits keep their nearest value (no room to move)
+    # and so does each channel's largest weight (+-127): it sets the scale weight_params re-derives
+    free = (fl >= -127) & (fl + 1 <= 127) & (np.abs(near) < 127)
+    rr = np.clip(r, 1e-4, 1 - 1e-4)
+    V = -np.log((ZETA - GAMMA) / (rr - GAMMA) - 1.0)
+    m, v = np.zeros_like(V), np.zeros_like(V)
+    b1, b2 = 0.9, 0.999
+    t0 = time.perf_counter()
+    done = 0
+    for k in range(1, steps + 1):
+        frac = max(k / steps, (time.perf_counter() - t0) / max(deadline - t0, 1e-6))
+        if frac >= 1.0 and k > 1:
+            break
+        sig = 1.0 / (1.0 + np.exp(-V))
+        hv = np.clip(sig * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
+        q = np.where(free, fl + hv, near)
+        _, g = layer.grad(q * s - W)
+        g_h = g * s / energy
+        if frac > WARMUP:
+            beta = BETA[0] + (BETA[1] - BETA[0]) * (frac - WARMUP) / (1 - WARMUP)
+            u = 2 * hv - 1
+            g_h = g_h + LAMBDA / hv.size * (-beta * np.abs(u) ** (beta - 1) * np.sign(u) * 2)
+        inside = (hv > 0) & (hv < 1) & free
+        g_v = np.where(inside, g_h * sig * (1 - sig) * (ZETA - GAMMA), 0.0)
+        m = b1 * m + (1 - b1) * g_v
+        v = b2 * v + (1 - b2) * g_v * g_v
+        V = V - LR * (m / (1 - b1 ** k)) / (np.sqrt(v / (1 - b2 ** k)) + 1e-12)
+        done = k
+    q = np.where(free, fl + (_h(V) >= 0.5), near)
+    q = np.clip(q, -127, 127)
+    e = layer.grad(q * s - W)[0] / energy
+    info = {"steps": done, "nearest": e_near, "learned": e}
+    return (q if e < e_near else near), info
+
+
+def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS, samples: int = SAMPLES,
+             bias_corrected: bool = False, progress=None) -> dict:
+    """Learn the rounding of ``g``'s layers in place, within ``seconds``; returns a summary.
+    ``progress(done, total)`` after each layer."""
+    from edgerun.convert.quantize import weight_params
+    from edgerun.litert import make_interpreter
+
+    t0 = time.perf_counter()
+    layers = list(_layers(g))
+    info = {"layers": len(layers), "changed": 0, "skipped_time": 0, "seconds": 0.0}
+    if not layers:
+        return info
+    it = make_interpreter(float_bytes, xnnpack=False, preserve_all=True)
+    it.allocate_tensors()
+    det = {d["name"]: d["index"] for d in it.get_tensor_details()}
+    names = {g.tensors[op.inputs[0]].name for _, op, _ in layers}
+    idx = list(indices)
+    if len(idx) > samples:
+        idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
+    acts: dict[str, list[np.ndarray]] = {n: [] for n in names if n in det}
+    for i in idx:
+        for d, x in zip(it.get_input_details(), source.sample(i)):
+            it.set_tensor(d["index"], np.ascontiguousarray(x, np.float32))
+        it.invoke()
+        for n, got in acts.items():
+            got.append(it.get_tensor(det[n]).copy())
+    del it
+    gains = []
+    for n_done, (_, op, rule) in enumerate(layers):
+        now = time.perf_counter()
+        left = seconds - (now - t0)
+        if left <= 0:
+            info["skipped_time"] += len(layers) - n_done
+            break
+        xs = acts.get(g.tensors[op.inputs[0]].name)
+        if not xs:
+            continue
+        wt = g.tensors[op.inputs[1]]
+        w = wt.data
+        in_ch = xs[0].shape[-1]
+        if op.op == "DEPTHWISE_CONV_2D" and (w.shape[-1] % in_ch):
+            continue
+        if op.op == "FULLY_CONNECTED" and xs[0].size % w.shape[1]:
+            continue
+        xtx, _, mean = _stats(g, op, xs)
+        scale, q0 = weight_params(w, rule.weight_axis)
+        layer = _Layer(op, w, xtx, in_ch)
+        q, li = learn_rounding(layer, scale, now + left / (len(layers) - n_done))
+        if np.array_equal(q, _flat(q0.astype(np.float64), op)):
+            continue
+        s = scale.astype(np.float64).reshape(-1, 1)
+        new = _unflat(q * s, w, op).astype(w.dtype)
+        if bias_corrected and len(op.inputs) > 2 and op.inputs[2] >= 0 and g.tensors[op.inputs[2]].data is not None:
+            # the bias holds b - (deq(nearest) - W) . E[x]; move it to the learned rounding's shift
+            bt = g.tensors[op.inputs[2]]
+            old_d = _flat(q0.astype(np.float64), op) * s - layer.W
+            new_d = q * s - layer.W
+            if op.op == "DEPTHWISE_CONV_2D":
+                mvec = mean.reshape(-1, in_ch)[:, layer.ch].T  # [C*mult, KH*KW]
+                shift = np.sum((old_d - new_d) * mvec, axis=1)
+            else:
+                shift = (old_d - new_d) @ mean.reshape(-1)
+            if shift.shape == bt.data.shape:
+                bt.data = (bt.data.astype(np.float64) + shift).astype(bt.data.dtype)
+        wt.data = new
+        info["changed"] += 1
+        gains.append(10 * np.log10(max(li["nearest"], 1e-30) / max(li["learned"], 1e-30)))
+        if progress:
+            progress(n_done + 1, len(layers))
+    if progress:
+        progress(len(layers), len(layers))
+    info["mean_layer_gain_db"] = round(float(np.mean(gains)), 2) if gains else 0.0
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    return info
