@@ -160,7 +160,7 @@ def equalized_copy(g):
     return g2, equalize(g2)
 
 
-def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32) -> float:
+def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32, activations: str = "int8") -> float:
     """The int8 model's error on up to ``samples`` of ``source[indices]``: the worst output's
     squared error relative to its float energy (lower is better)."""
     from edgerun.convert.drift import Int8Runner
@@ -172,7 +172,7 @@ def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32
         idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
     ref = make_interpreter(float_bytes, xnnpack=False)
     ref.allocate_tensors()
-    run = Int8Runner(quantize_graph(g, ranges, io_type="float32").to_bytes("edgerun equalize"))
+    run = Int8Runner(quantize_graph(g, ranges, io_type="float32", activations=activations).to_bytes("edgerun equalize"))
     err, sig = None, None
     for i in idx:
         smp = source.sample(i)

@@ -243,7 +243,7 @@ def equalized_copy(g):
 
 
 def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, method: str, percentile: float,
-                     batch_size: int, use_cache: bool, rep: ConversionReport):
+                     batch_size: int, use_cache: bool, rep: ConversionReport, activations: str = "int8"):
     """Calibrate the cross-layer-equalized copy ``g_eq`` (:mod:`edgerun.convert.equalize`) afresh;
     returns the (graph, float bytes, ranges) whose int8 model has the lower error on the
     calibration samples, both scored against the original float model. Records what was tried in
@@ -253,8 +253,8 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     g2, n = g_eq
     fb2 = g2.to_bytes("edgerun convert (float32)")
     r2, _, s2 = calibrate(fb2, g2, source, calib_idx, method, percentile, batch_size, None, use_cache)
-    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx)
-    e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx)
+    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, activations=activations)
+    e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx, activations=activations)
 
     def db(e):
         return round(float(-10 * np.log10(max(e, 1e-15))), 2)
@@ -265,6 +265,30 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     if s2 is not None:
         rep.calibration["range_search"] = s2
     return g2, fb2, r2
+
+
+def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float, progress,
+                 rep: ConversionReport, activations: str = "int8"):
+    """AdaRound (:mod:`edgerun.convert.adaround`) on a copy of ``g``; returns the graph whose int8
+    model has the lower error on the calibration samples. Records ``rep.calibration["optimize"]``."""
+    import copy
+
+    from edgerun.convert import adaround
+    from edgerun.convert import equalize as eq
+
+    g2 = copy.deepcopy(g)
+    corrected = bool((rep.calibration.get("range_search") or {}).get("bias_correction"))
+    info = adaround.optimize(g2, float_bytes, source, calib_idx, seconds=seconds, bias_corrected=corrected,
+                             progress=progress)
+    info["kept"] = False
+    if info["changed"]:
+        e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, activations=activations)
+        e2 = eq.int8_error(g2, ranges, float_bytes, source, calib_idx, activations=activations)
+        info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
+        info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
+        info["kept"] = e2 < e1
+    rep.calibration["optimize"] = info
+    return g2 if info["kept"] else g
 
 
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
@@ -533,7 +557,8 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
             eval_progress=None, use_cache: bool = True, max_float_layers: int = 8,
             percentile: float = 99.99, validate: bool = True, equalize: bool = True,
-            activations: str = "int8") -> ConversionReport:
+            activations: str = "int8", optimize: bool = False, optimize_seconds: float = 60.0,
+            optimize_progress=None) -> ConversionReport:
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
     calib: .npy / .npz path, image folder, ``"random"``, arrays, or a CalibrationSource.
@@ -547,6 +572,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     result in LiteRT in a child process before writing it. progress / eval_progress: ``cb(done, total)``.
     equalize: try cross-layer equalization (depthwise-separable chains through ReLU or no
     activation) and keep it when the int8 model's error on calibration samples falls.
+    optimize: learn each layer's weight rounding (:mod:`edgerun.convert.adaround`) within
+    ``optimize_seconds``, kept when the int8 model's error on calibration samples falls;
+    optimize_progress: ``cb(layers done, layers)``.
     """
     from edgerun.convert import calibrate as cal
     from edgerun.convert import drift
@@ -623,8 +651,13 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         rep.calibration["range_search"] = search
     if g_eq is not None:  # cross-layer equalization, kept when the int8 model's error falls
         g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
-                                                  percentile, batch_size, use_cache, rep)
+                                                  percentile, batch_size, use_cache, rep, activations)
     timings["calibrate"] = time.perf_counter() - t1
+    if optimize:  # learned weight rounding, kept when the int8 model's error falls
+        t1 = time.perf_counter()
+        g = try_optimize(g, ranges, float_bytes, source, calib_idx, optimize_seconds, optimize_progress, rep,
+                         activations)
+        timings["optimize"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g, activations=activations))]
     if inherent and requires_full_int8(target):
         raise ConversionError(f"target '{target}' needs every op in int8, but {', '.join(sorted(set(inherent)))} "
