@@ -80,3 +80,31 @@ def test_cli_activations_option(tmp_path):
 def test_unknown_activations_refused():
     with pytest.raises(EdgerunError, match="activations"):
         convert(MODEL, None, calib=CALIB, activations="int4")
+
+
+@pytest.mark.parametrize("budget", ["55dB", "57dB"])
+def test_max_drop_promotes_layers_to_int16_for_full_integer_targets(tmp_path, budget):
+    """--max-drop with a full-integer target that has 16x8 kernels (mcu): the sensitive layers get
+    int16 activations (QUANTIZE int8 <-> int16 at the boundaries) instead of float."""
+    plain = convert(MODEL, tmp_path / "p.tflite", calib=CALIB, io_type="float32")
+    rep = convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="mcu", max_drop=budget)
+    assert plain.outputs[0].sqnr_db < 55 <= float(budget[:-2]) <= rep.outputs[0].sqnr_db
+    assert rep.budget_met and rep.kept_float == [] and rep.float_ops == []
+    assert any("promoted to int16" in w for w in rep.warnings)
+    model = (tmp_path / "m.tflite").read_bytes()
+    m = read_model(model)
+    g = m.subgraphs[0]
+    pairs = {(g.tensors[op.inputs[0]].dtype, g.tensors[op.outputs[0]].dtype)
+             for op in g.operators if m.op_code(op).builtin == "QUANTIZE"}
+    assert ("int8", "int16") in pairs  # a promoted layer reads an int8 tensor through a QUANTIZE
+    dts = {g.tensors[op.outputs[0]].dtype for op in g.operators if m.op_code(op).builtin != "DEQUANTIZE"}
+    assert dts == {"int8", "int16"}
+    x = np.load(CALIB)
+    x = x[next(iter(x.keys()))].astype(np.float32)
+    for sample in x[:8]:
+        compare_with_litert(model, [sample.transpose(1, 2, 0)[None]])
+
+
+def test_max_drop_on_coral_still_refuses(tmp_path):
+    with pytest.raises(EdgerunError, match="needs full int8"):
+        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="coral", max_drop="55dB")

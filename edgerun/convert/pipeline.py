@@ -299,8 +299,16 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     from edgerun.convert import drift
     from edgerun.convert.quantize import quantize_graph
 
+    # a full-integer target whose runtime has 16x8 kernels (TFLM) gets the sensitive layers in
+    # int16 activations instead of float (EdgeTPU has no int16: it still refuses)
+    promote = (activations == "int8" and requires_full_int8(target)
+               and str(target).split(":")[0].strip().lower() == "mcu")
+
     def build(keep):
-        qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations)
+        if promote:
+            qg = quantize_graph(g, ranges, io_type=io_type, activations=activations, int16_layers=keep)
+        else:
+            qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations)
         return qg, qg.to_bytes("edgerun convert (int8)")
 
     kept: list[str] = []
@@ -310,7 +318,7 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
         return qg, q_bytes, kept
     rep.budget = budget.text
     rep.budget_met = budget.met(rep.outputs)
-    if not rep.budget_met and requires_full_int8(target):
+    if not rep.budget_met and requires_full_int8(target) and not promote:
         worst = min(rep.outputs, key=lambda o: -budget.shortfall(o))
         raise ConversionError(
             f"the int8 model misses --max-drop {budget.text} (output '{worst.name}': SQNR {worst.sqnr_db:.1f} dB"
@@ -318,9 +326,14 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
             + f") and target '{target}' needs full int8, so no layer can stay in float; try another "
               "--calib-method or more representative calibration data")
     while not rep.budget_met and len(kept) < max_float_layers:
-        layers = drift.layer_drift(float_bytes, q_bytes, source, eval_idx, kept_float=set(kept))
+        layers = drift.layer_drift(float_bytes, q_bytes, source, eval_idx, kept_float=set() if promote else set(kept))
         best = None
-        for group in drift.float_candidates(layers, g, set(kept)):
+        groups = list(drift.float_candidates(layers, g, set(kept)))
+        if promote:  # fixed-output ops (SOFTMAX: 1/256 in int8, 1/32768 in int16) are candidates too
+            from edgerun.convert.quantize import INT16_OPS, RULES
+            groups += [[g.tensors[op.outputs[0]].name] for op in g.ops if op.op in INT16_OPS
+                       and RULES[op.op].kind == "fixed" and g.tensors[op.outputs[0]].name not in kept]
+        for group in groups:
             trial = kept + group
             tg, tb = build(set(trial))
             outs = accuracy(reference, tb, source, eval_idx, out_names)
@@ -331,7 +344,15 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
             break
         _, kept, qg, q_bytes, rep.outputs = best
         rep.budget_met = budget.met(rep.outputs)
-    rep.kept_float = list(kept)
+    rep.kept_float = [] if promote else list(kept)
+    if promote and kept:
+        rep.warnings.append(f"promoted to int16 activations (16x8) to meet --max-drop {budget.text}: {', '.join(kept)}")
+    if promote and not rep.budget_met:
+        worst = min(rep.outputs, key=lambda o: -budget.shortfall(o))
+        raise ConversionError(
+            f"the int8 model misses --max-drop {budget.text} (output '{worst.name}': SQNR {worst.sqnr_db:.1f} dB) "
+            f"even with {len(kept)} layer(s) promoted to int16, and target '{target}' needs full int8, so no "
+            "layer can stay in float; try another --calib-method or more representative calibration data")
     if not rep.budget_met:
         rep.failures.append(f"the accuracy budget --max-drop {budget.text} is not met even with "
                             f"{len(kept)} layer(s) in float")

@@ -169,9 +169,12 @@ def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activati
 
 
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
-                   keep_float: set[str] | frozenset = frozenset(), activations: str = "int8") -> Graph:
+                   keep_float: set[str] | frozenset = frozenset(), activations: str = "int8",
+                   int16_layers: set[str] | frozenset = frozenset()) -> Graph:
     """A new int8 (or 16x8 with ``activations="int16"``) Graph from float graph ``g`` and
-    calibrated ranges keyed by tensor name."""
+    calibrated ranges keyed by tensor name. ``int16_layers`` (int8 mode): ops, named by output
+    tensor, promoted to 16x8 when they have a 16x8 kernel (mixed precision; QUANTIZE converts
+    between int8 and int16 tensors at the boundaries)."""
     if activations not in ("int8", "int16"):
         raise ConversionError(f"activations {activations!r}: use int8 or int16")
     adt = activations  # the dtype of quantized activation tensors
@@ -179,8 +182,18 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         raise ConversionError(f"io type {io_type!r} with int16 activations: use int16 or float32")
     if adt == "int8" and io_type not in ("int8", "uint8", "float32"):
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
-    act_params = activation_params16 if adt == "int16" else activation_params
     fops = float_ops(g, keep_float, activations)
+    # per-op and per-tensor precision: int16 for every quantized op in 16x8 mode, else for promoted ops
+    op_dt = {i: ("int16" if adt == "int16" or (op.op in INT16_OPS and any(
+        g.tensors[o].name in int16_layers for o in op.outputs)) else "int8")
+        for i, op in enumerate(g.ops) if i not in fops}
+    tdt: dict[int, str] = {}
+    for i, dt in op_dt.items():
+        for o in g.ops[i].outputs:
+            tdt[o] = dt
+
+    def params_fn(dt):
+        return activation_params16 if dt == "int16" else activation_params
     is_act = [t.data is None for t in g.tensors]
     # which activation tensors are int8: produced by an int8 op, or a graph input read by one
     q_act = set()
@@ -197,10 +210,12 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     fixed: dict[int, tuple[float, int]] = {}
     for i, op in enumerate(g.ops):
         if i not in fops and RULES[op.op].kind == "fixed":
-            fixed[op.outputs[0]] = FIXED16[op.op] if adt == "int16" else RULES[op.op].fixed
+            fixed[op.outputs[0]] = FIXED16[op.op] if op_dt[i] == "int16" else RULES[op.op].fixed
     class_fixed: dict[int, tuple[float, int]] = {t: f for t, f in fixed.items()}
 
     def join(a, b):
+        if tdt.get(a, adt) != tdt.get(b, adt):
+            return  # an int8 and an int16 tensor: a QUANTIZE converts between them
         ra, rb = uf.find(a), uf.find(b)
         if ra == rb:
             return
@@ -251,7 +266,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         if r in class_fixed:
             params[t] = class_fixed[r]
         elif r in class_range and np.isfinite(class_range[r][0]):
-            params[t] = act_params(*class_range[r])
+            params[t] = params_fn(tdt.get(t, adt))(*class_range[r])
     for t in q_act:
         if t not in params:
             raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}' "
@@ -269,7 +284,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         src = g.tensors[t]
         if t in q_act:
             s, z = params[t]
-            idx = q.tensor(src.name, src.shape, adt, quant=QuantParams([s], [z]))
+            idx = q.tensor(src.name, src.shape, tdt.get(t, adt), quant=QuantParams([s], [z]))
         else:
             idx = q.tensor(src.name, src.shape, src.dtype, data=src.data)
         new_idx[t] = idx
@@ -277,7 +292,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
 
     def as_float(t: int) -> int:
         m = main_tensor(t)
-        if q.tensors[m].dtype != adt or t not in q_act:
+        if q.tensors[m].dtype not in ("int8", "int16") or t not in q_act:
             return m
         key = (t, "float")
         if key not in conv_cache:
@@ -286,14 +301,21 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             conv_cache[key] = f
         return conv_cache[key]
 
-    def as_int8(t: int, want: tuple[float, int] | None = None) -> int:
+    def as_int8(t: int, want: tuple[float, int] | None = None, dt: str | None = None) -> int:
         m = main_tensor(t)
+        dt = dt or tdt.get(t, adt)
         if t in q_act:
-            if want is None or params[t] == want:
+            have = tdt.get(t, adt)
+            if dt == have and (want is None or params[t] == want):
                 return m
-            key = (t, f"requant{want}")
+            if want is None:  # the other precision's parameters for the same range
+                r0 = class_range.get(uf.find(t))
+                if r0 is None or not np.isfinite(r0[0]):
+                    raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}'")
+                want = params_fn(dt)(*r0)
+            key = (t, f"requant{want}{dt}")
             if key not in conv_cache:
-                r = q.tensor(g.tensors[t].name + "_requant", g.tensors[t].shape, adt, quant=QuantParams([want[0]], [want[1]]))
+                r = q.tensor(g.tensors[t].name + "_requant", g.tensors[t].shape, dt, quant=QuantParams([want[0]], [want[1]]))
                 q.ops.append(Op("QUANTIZE", [m], [r], version=2))
                 conv_cache[key] = r
             return conv_cache[key]
@@ -302,7 +324,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             if want is None and t not in params:
                 raise ConversionError(f"no calibrated range for tensor '{g.tensors[t].name}'")
             s, z = want if want is not None else params[t]
-            r = q.tensor(g.tensors[t].name + "_quant", g.tensors[t].shape, adt, quant=QuantParams([s], [z]))
+            r = q.tensor(g.tensors[t].name + "_quant", g.tensors[t].shape, dt, quant=QuantParams([s], [z]))
             q.ops.append(Op("QUANTIZE", [m], [r], version=1))
             conv_cache[key] = r
         return conv_cache[key]
@@ -335,6 +357,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         rule = RULES[op.op]
         ins: list[int] = []
         out_p = params[op.outputs[0]]
+        dt = op_dt[i]
         for k, t in enumerate(op.inputs):
             if t < 0:
                 ins.append(-1)
@@ -342,9 +365,9 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             src = g.tensors[t]
             if is_act[t]:
                 if rule.kind == "same" and (k in rule.shared or rule.shared == (-1,)):
-                    ins.append(as_int8(t, out_p))
+                    ins.append(as_int8(t, out_p, dt))
                 else:
-                    ins.append(as_int8(t))
+                    ins.append(as_int8(t, None, dt))
                 continue
             data = src.data
             if data.dtype.kind != "f":
@@ -355,18 +378,18 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, "int8", data=wq,
                                     quant=QuantParams(ws, np.zeros(ws.size, np.int64), rule.weight_axis)))
             elif rule.kind == "weights" and k == rule.bias_input:
-                in_s = params[op.inputs[2 if op.op == "TRANSPOSE_CONV" else 0]][0]
+                in_s = float(q.tensors[ins[2 if op.op == "TRANSPOSE_CONV" else 0]].quant.scale[0])
                 wdata = g.tensors[op.inputs[rule.weight_input]].data.astype(np.float32)
                 ws, _ = weight_params(wdata, rule.weight_axis, _bias_floor(g, op, rule, params))
                 bs = (np.float64(in_s) * ws.astype(np.float64)).astype(np.float32)
                 bq = np.round(data.astype(np.float64) / bs.astype(np.float64))
-                bdt = "int64" if adt == "int16" else "int32"
-                lim = 2.0 ** 63 - 1024 if adt == "int16" else 2 ** 31 - 1
+                bdt = "int64" if dt == "int16" else "int32"
+                lim = 2.0 ** 63 - 1024 if dt == "int16" else 2 ** 31 - 1
                 ins.append(q.tensor(src.name, src.shape, bdt, data=np.clip(bq, -lim, lim).astype(bdt),
                                     quant=QuantParams(bs, np.zeros(bs.size, np.int64), 0)))
             elif rule.kind == "same" and (k in rule.shared or rule.shared == (-1,)):
                 s, z = out_p
-                ins.append(q.tensor(src.name, src.shape, adt, data=quantize_array(data, s, z, np.dtype(adt)),
+                ins.append(q.tensor(src.name, src.shape, dt, data=quantize_array(data, s, z, np.dtype(dt)),
                                     quant=QuantParams([s], [z])))
             else:
                 s, z = activation_params(float(data.min()) if data.size else 0.0,
@@ -374,21 +397,23 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
                                     quant=QuantParams([s], [z])))
         outs = [main_tensor(o) for o in op.outputs]
-        version = INT16_OPS[op.op] if adt == "int16" else rule.int8_version
+        version = INT16_OPS[op.op] if dt == "int16" else rule.int8_version
         q.ops.append(Op(op.op, ins, outs, dict(op.options), max(op.version, version), op.origin))
 
     # graph outputs
     for t in g.outputs:
         src = g.tensors[t]
         if t in q_act:
-            inner = main_tensor(t)
+            inner = main_tensor(t) if tdt.get(t, adt) == adt else as_int8(t, None, adt)
+            if inner != main_tensor(t):
+                q.rename(main_tensor(t), src.name + "_" + tdt[t])
         elif t in params and io_type != "float32":
             q.rename(main_tensor(t), src.name + "_float")
             inner = as_int8(t)
         else:
             q.outputs.append(main_tensor(t))
             continue
-        s, z = params[t]
+        s, z = float(q.tensors[inner].quant.scale[0]), int(q.tensors[inner].quant.zero_point[0])
         if io_type in ("int8", "int16"):
             q.rename(inner, src.name)
             q.outputs.append(inner)
