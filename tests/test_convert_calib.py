@@ -124,8 +124,7 @@ def test_max_drop_keeps_the_harmful_layers_in_float(tmp_path):
     assert easy.budget_met and easy.kept_float == []
 
 
-# mcu (TFLM has 16x8 kernels) promotes layers to int16 instead: tests/test_convert_int16.py
-@pytest.mark.parametrize("target", ["coral"])
+@pytest.mark.parametrize("target", ["mcu", "coral"])
 def test_full_int8_targets_refuse_float_fallback(target, tmp_path):
     p = tmp_path / "m.onnx"
     p.write_bytes(outlier_model().SerializeToString())

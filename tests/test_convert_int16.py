@@ -26,7 +26,7 @@ MODEL, CALIB = REPO / "models/digits_cnn.onnx", str(REPO / "models/calib_digits.
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     d = tmp_path_factory.mktemp("int16")
-    r16 = convert(MODEL, d / "m16.tflite", calib=CALIB, activations="int16", target="mcu")
+    r16 = convert(MODEL, d / "m16.tflite", calib=CALIB, activations="int16", target="tflm")
     r8 = convert(MODEL, d / "m8.tflite", calib=CALIB)
     return d, r16, r8
 
@@ -84,10 +84,10 @@ def test_unknown_activations_refused():
 
 @pytest.mark.parametrize("budget", ["55dB", "57dB"])
 def test_max_drop_promotes_layers_to_int16_for_full_integer_targets(tmp_path, budget):
-    """--max-drop with a full-integer target that has 16x8 kernels (mcu): the sensitive layers get
+    """--max-drop with a full-integer target that has 16x8 kernels (tflm): the sensitive layers get
     int16 activations (QUANTIZE int8 <-> int16 at the boundaries) instead of float."""
     plain = convert(MODEL, tmp_path / "p.tflite", calib=CALIB, io_type="float32")
-    rep = convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="mcu", max_drop=budget)
+    rep = convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="tflm", max_drop=budget)
     assert plain.outputs[0].sqnr_db < 55 <= float(budget[:-2]) <= rep.outputs[0].sqnr_db
     assert rep.budget_met and rep.kept_float == [] and rep.float_ops == []
     assert any("promoted to int16" in w for w in rep.warnings)
@@ -105,6 +105,10 @@ def test_max_drop_promotes_layers_to_int16_for_full_integer_targets(tmp_path, bu
         compare_with_litert(model, [sample.transpose(1, 2, 0)[None]])
 
 
-def test_max_drop_on_coral_still_refuses(tmp_path):
+@pytest.mark.parametrize("target", ["coral", "mcu"])
+def test_int8_only_targets_refuse_promotion_and_int16(tmp_path, target):
+    """EdgeTPU and edgerun's MCU firmware run int8 only: no promotion, and no --activations int16."""
     with pytest.raises(EdgerunError, match="needs full int8"):
-        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="coral", max_drop="55dB")
+        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target=target, max_drop="55dB")
+    with pytest.raises(EdgerunError, match="runs int8 only"):
+        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, activations="int16", target=target)

@@ -291,6 +291,16 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
     return g2 if info["kept"] else g
 
 
+#: full-integer targets whose runtime has TFLite's 16x8 kernels (TFLM)
+INT16_TARGETS = ("tflm",)
+
+
+def _target_name(target) -> str:
+    from edgerun.targets import parse_target
+
+    return parse_target(target).name
+
+
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
                          budget, target, max_float_layers: int, rep: ConversionReport, eval_progress,
                          activations: str = "int8"):
@@ -300,9 +310,8 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     from edgerun.convert.quantize import quantize_graph
 
     # a full-integer target whose runtime has 16x8 kernels (TFLM) gets the sensitive layers in
-    # int16 activations instead of float (EdgeTPU has no int16: it still refuses)
-    promote = (activations == "int8" and requires_full_int8(target)
-               and str(target).split(":")[0].strip().lower() == "mcu")
+    # int16 activations instead of float (EdgeTPU and edgerun's int8 firmware still refuse)
+    promote = activations == "int8" and requires_full_int8(target) and _target_name(target) in INT16_TARGETS
 
     def build(keep):
         if promote:
@@ -606,6 +615,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     check_options(calib_method, io_type, input_layout, target, cal.METHODS)
     if activations not in ("int8", "int16"):
         raise ConversionError(f"activations {activations!r}: use int8 or int16")
+    if activations == "int16" and target and _target_name(target) in ("coral", "mcu"):
+        raise ConversionError(f"target '{target}' runs int8 only; --activations int16 (16x8) needs "
+                              "tflm, rpi, jetson or cpu")
     if activations == "int16" and io_type in ("int8", "uint8"):
         io_type = "int16"  # 16x8 models take and give int16 (or float32) tensors
     from edgerun._fs import read_regular
