@@ -112,3 +112,34 @@ def test_int8_only_targets_refuse_promotion_and_int16(tmp_path, target):
         convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target=target, max_drop="55dB")
     with pytest.raises(EdgerunError, match="runs int8 only"):
         convert(MODEL, tmp_path / "m.tflite", calib=CALIB, activations="int16", target=target)
+
+
+def test_int16x8_depthwise_model(tmp_path):
+    """A conv -> relu -> depthwise ONNX model converts to 16x8 (DEPTHWISE_CONV_2D included), loads in
+    LiteRT, is bit-exact with its reference kernels and beats int8."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32), "w1"),
+             nh.from_array(rng.normal(0, 0.5, (4, 1, 3, 3)).astype(np.float32), "w2"),
+             nh.from_array(rng.normal(0, 0.1, (4,)).astype(np.float32), "b2")]
+    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("Conv", ["r1", "w2", "b2"], ["y"], pads=[1, 1, 1, 1], group=4)]
+    graph = h.make_graph(nodes, "dw", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    src = tmp_path / "dw.onnx"
+    onnx.save(m, src)
+    cal = rng.uniform(-1, 1, (20, 3, 8, 8)).astype(np.float32)
+    r16 = convert(src, tmp_path / "dw16.tflite", calib=cal, activations="int16", use_cache=False)
+    r8 = convert(src, tmp_path / "dw8.tflite", calib=cal, use_cache=False)
+    assert r16.ok and not r16.float_ops
+    assert r16.outputs[0].sqnr_db > r8.outputs[0].sqnr_db + 6
+    model = (tmp_path / "dw16.tflite").read_bytes()
+    q = read_model(model)
+    assert "DEPTHWISE_CONV_2D" in {q.op_code(op).builtin for op in q.subgraphs[0].operators}
+    compare_with_litert(model)

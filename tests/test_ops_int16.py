@@ -153,3 +153,20 @@ def test_softmax_16x8(shape, x_scale, beta):
     xq = np.random.default_rng(6).integers(-32768, 32768, shape).astype(np.int16)
     got = compare_with_litert(b.to_bytes(), [xq])[0]
     assert len(np.unique(got)) > 10
+
+
+@pytest.mark.parametrize("padding,stride,dilation,mult", [(Padding.SAME, 1, 1, 1), (Padding.VALID, 2, 1, 1),
+                                                          (Padding.SAME, 2, 1, 2), (Padding.VALID, 1, 2, 1)])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_depthwise_conv2d_16x8(padding, stride, dilation, mult, per_channel):
+    from edgerun.ops.common import conv_output_size
+
+    rng = np.random.default_rng(7)
+    c = 6
+    wf = rng.normal(0, 0.4, (1, 3, 3, c * mult)).astype(np.float32)
+    bf = rng.normal(0, 0.5, c * mult).astype(np.float32)
+    oh = conv_output_size(padding, 10, 3, stride, dilation)
+    ow = conv_output_size(padding, 9, 3, stride, dilation)
+    _run_16x8("DEPTHWISE_CONV_2D", (2, 10, 9, c), wf, bf, 3, (2, oh, ow, c * mult), per_channel=per_channel,
+              padding=padding, stride_h=stride, stride_w=stride, dilation_h_factor=dilation,
+              dilation_w_factor=dilation, depth_multiplier=mult)

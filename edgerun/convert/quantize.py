@@ -138,8 +138,8 @@ class _UF:
 
 
 #: ops the 16x8 mode quantizes, with the op version LiteRT gives their int16 form
-INT16_OPS = {"CONV_2D": 4, "FULLY_CONNECTED": 7, "MAX_POOL_2D": 3, "AVERAGE_POOL_2D": 3, "RESHAPE": 1,
-             "SOFTMAX": 3}
+INT16_OPS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "MAX_POOL_2D": 3,
+             "AVERAGE_POOL_2D": 3, "RESHAPE": 1, "SOFTMAX": 3}
 #: fixed int16 output parameters (LiteRT's int16 SOFTMAX requires 1/32768, zero point 0)
 FIXED16 = {"SOFTMAX": (1.0 / 32768, 0)}
 

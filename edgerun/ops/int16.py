@@ -9,7 +9,7 @@ MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15:
     y     = (acc * m16 + 2^(14 - shift)) >> (15 - shift)          (arithmetic shift, int64)
     y     = clamp(y, act_lo, act_hi)                                (int16, no output zero point)
 
-Ops covered here: FULLY_CONNECTED, CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, SOFTMAX (RESHAPE's int16 form
+Ops covered here: FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, SOFTMAX (RESHAPE's int16 form
 is registered in :mod:`edgerun.ops.shape`). Other ops with int16 tensors have no kernel yet
 and are refused by the registry lookup (``edgerun has kernels for ...``).
 """
@@ -172,6 +172,53 @@ class Conv2D16x8(_Weighted16):
         patches = xp[:, self.rows[:, :, None, None], self.cols[None, None, :, :], :]
         patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(self.out_shape[:3] + (-1,))
         acc = patches @ self.wmat
+        return [self._finish(acc)]
+
+
+@register("DEPTHWISE_CONV_2D", "int16")
+class DepthwiseConv2D16x8(_Weighted16):
+    """DEPTHWISE_CONV_2D, int16 NHWC input x int8 1HWC filter -> int16
+    (``reference_integer_ops::DepthwiseConvPerChannel`` for int16: int64 acc, fixed-point requant)."""
+
+    per_channel_rule = True
+
+    def prepare(self):
+        ctx, opts = self.ctx, self.ctx.options
+        n, h, w_, c = ctx.input_shape(0)
+        one, fh, fw, oc = ctx.input_shape(1)
+        mult = opts.get("depth_multiplier", 1) or 1
+        if one != 1 or c == 0 or oc % c:
+            raise ctx.fail(f"filter {[one, fh, fw, oc]} does not fit {c} input channels")
+        self.dm = oc // c
+        if mult not in (self.dm, 0) and c != 1:
+            raise ctx.invalid(f"depth_multiplier {mult} but the filter has {self.dm} outputs per input channel")
+        sh, sw = opts.get("stride_h", 1), opts.get("stride_w", 1)
+        dh, dw = opts.get("dilation_h_factor", 1), opts.get("dilation_w_factor", 1)
+        pad = opts.get("padding", 0)
+        oh, ow = conv_output_size(pad, h, fh, sh, dh), conv_output_size(pad, w_, fw, sw, dw)
+        ph, _ = conv_padding(pad, h, fh, sh, dh, oh)
+        pw, _ = conv_padding(pad, w_, fw, sw, dw, ow)
+        self._setup(oc, 3)
+        rows = (np.arange(oh) * sh)[:, None] + np.arange(fh) * dh
+        cols = (np.arange(ow) * sw)[:, None] + np.arange(fw) * dw
+        self.pad = (ph, max(0, int(rows.max()) + 1 - ph - h), pw, max(0, int(cols.max()) + 1 - pw - w_))
+        self.rows, self.cols = rows, cols
+        wt = ctx.const(1)
+        if wt is None:
+            raise ctx.fail("int16 DEPTHWISE_CONV_2D needs constant weights")
+        self.wmat = (np.asarray(wt, np.int64) - self.w_zp).reshape(fh * fw, oc)
+        self.out_shape = (n, oh, ow, oc)
+        return [self.out_shape]
+
+    def eval(self, inputs):
+        x = inputs[0]
+        t, b_, l_, r_ = self.pad
+        xp = np.pad(x.astype(np.int64), ((0, 0), (t, b_), (l_, r_), (0, 0)))
+        patches = xp[:, self.rows[:, :, None, None], self.cols[None, None, :, :], :]  # (n, oh, fh, ow, fw, c)
+        patches = patches.transpose(0, 1, 3, 2, 4, 5).reshape(self.out_shape[:3] + (-1, x.shape[-1]))
+        if self.dm > 1:
+            patches = np.repeat(patches, self.dm, axis=-1)  # output channel oc reads input oc // mult
+        acc = np.einsum("nhwtc,tc->nhwc", patches, self.wmat)
         return [self._finish(acc)]
 
 
