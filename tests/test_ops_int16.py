@@ -170,3 +170,12 @@ def test_depthwise_conv2d_16x8(padding, stride, dilation, mult, per_channel):
     _run_16x8("DEPTHWISE_CONV_2D", (2, 10, 9, c), wf, bf, 3, (2, oh, ow, c * mult), per_channel=per_channel,
               padding=padding, stride_h=stride, stride_w=stride, dilation_h_factor=dilation,
               dilation_w_factor=dilation, depth_multiplier=mult)
+
+
+def test_16x8_absurd_requant_scale_is_refused_in_one_line():
+    rng = np.random.default_rng(8)
+    wf = rng.normal(0, 0.3, (4, 8)).astype(np.float32)
+    model = _build("FULLY_CONNECTED", (1, 8), wf, np.zeros(4, np.float32), 0, (1, 4), dtype="int16",
+                   x_scale=1.0, y_scale=1e-9)
+    with pytest.raises(EdgerunError, match="2\\^14"):
+        run_edgerun(model, [np.zeros((1, 8), np.int16)])

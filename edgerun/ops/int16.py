@@ -71,6 +71,8 @@ class _Weighted16(Kernel):
             m, s = quantize_multiplier(float(np.float32(s_x) * w_scales[0]) / float(s_y))
             mult, shift = np.full(units, m, np.int64), np.full(units, s, np.int64)
         self.mult, self.shift = np.asarray(mult, np.int64), np.asarray(shift, np.int64)
+        if self.shift.size and int(self.shift.max()) > 14:  # the int64 rule needs 15 - shift >= 1
+            raise ctx.invalid("16x8 requantization scale (input x weight / output) is 2^14 or more")
         self.eff = np.array([float(s_x) * float(s) / float(s_y) for s in np.broadcast_to(w_scales, (units,))])
         act = ctx.options.get("fused_activation_function", 0)
         self.lo, self.hi = quantized_activation_range(act, s_y, 0, "int16")
