@@ -46,8 +46,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-#: edgerun's default (per-tensor choice) and the old single-method default
+#: edgerun's default (per-tensor choice) and the old single-method default; ``--edgerun`` may add
+#: variants: METHOD-cle (cross-layer equalization off), METHOD+optimize (learned weight rounding)
 EDGERUN_METHODS = ("auto", "mse")
+
+
+def edgerun_kw(label: str) -> dict:
+    """convert() keywords for an edgerun row label such as ``auto``, ``auto-cle``, ``auto+optimize``."""
+    kw = {"calib_method": label.split("+")[0].split("-")[0]}
+    if "-cle" in label:
+        kw["equalize"] = False
+    if "+optimize" in label:
+        kw["optimize"] = True
+    return kw
 
 
 def split_samples(n, holdout, max_eval):
@@ -165,7 +176,7 @@ def bench_onnx(name, model, calib, work: Path, test=None) -> list[dict]:
     for method in EDGERUN_METHODS:
         out = work / f"{name}_edgerun_{method}.tflite"
         t0 = time.perf_counter()
-        convert(path, out, calib=calib, calib_method=method, use_cache=False)
+        convert(path, out, calib=calib, use_cache=False, **edgerun_kw(method))
         dt = time.perf_counter() - t0
         data = out.read_bytes()
         row("edgerun convert", method, dt, run_tflite(data, held), run_tflite(data, test[0]) if test is not None else None,
@@ -222,7 +233,7 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
     for method in EDGERUN_METHODS:
         out = work / f"{name}_edgerun_tfl_{method}.tflite"
         t0 = time.perf_counter()
-        convert(src, out, calib=calib_nhwc, calib_method=method, io_type="float32", use_cache=False)
+        convert(src, out, calib=calib_nhwc, io_type="float32", use_cache=False, **edgerun_kw(method))
         row("edgerun convert", method, time.perf_counter() - t0, out.read_bytes())
     try:
         from ai_edge_quantizer import quantizer, recipe
@@ -315,7 +326,7 @@ def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, wor
         out = work / f"edgerun_{method}.tflite"
         t0 = time.perf_counter()
         try:
-            convert(src, out, calib=samples, calib_method=method, use_cache=False)
+            convert(src, out, calib=samples, use_cache=False, **edgerun_kw(method))
         except Exception as e:  # noqa: BLE001  (a model edgerun cannot convert is a row, not a crash)
             rows.append({"model": label, "tool": "edgerun convert", "calibration": method,
                          "skipped": f"failed: {str(e)[:120]}"})
@@ -435,6 +446,8 @@ SUITES = ("onnx", "tflite", "mlperf", "mediapipe")
 def main(argv=None):
     ap = argparse.ArgumentParser(description="edgerun convert vs other int8 quantizers")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--edgerun", default=",".join(EDGERUN_METHODS),
+                    help="edgerun rows: methods, each optionally with -cle (equalization off) or +optimize")
     ap.add_argument("--suite", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
     ap.add_argument("--samples", type=int, default=100, help="samples per model (80 %% calibrate, 20 %% evaluate)")
     ap.add_argument("--mlperf-repo", type=Path, default=None, help="git directory of a mlcommons/tiny mirror")
@@ -442,6 +455,7 @@ def main(argv=None):
                     default=Path.home() / ".cache" / "edgerun" / "fixtures" / "mediapipe-0.10.14")
     a = ap.parse_args(argv)
     suites = [x.strip() for x in a.suite.split(",") if x.strip()]
+    globals()["EDGERUN_METHODS"] = tuple(x.strip() for x in a.edgerun.split(",") if x.strip())
     bad = [x for x in suites if x not in SUITES]
     if bad:
         ap.error(f"unknown suite(s) {bad}: use {', '.join(SUITES)}")

@@ -38,8 +38,8 @@ WARMUP = 0.2
 #: Adam step size on V (logit space) and the most steps per layer
 LR = 0.05
 MAX_STEPS = 500
-#: calibration samples whose layer inputs make up X
-SAMPLES = 16
+#: calibration samples whose layer inputs make up X (streamed: only X^T X is kept per layer)
+SAMPLES = 64
 #: patch length (KH * KW * I) above which a layer is skipped (X^T X is K x K float64)
 MAX_K = 4608
 #: the default time budget in seconds (the CLI's --optimize-seconds)
@@ -84,6 +84,21 @@ def _patches(x: np.ndarray, op, kh: int, kw: int) -> np.ndarray:
         for b in range(kw):
             cols[:, :, a, b, :] = x[0, a * dh: a * dh + (oh - 1) * sh + 1: sh, b * dw: b * dw + (ow - 1) * sw + 1: sw, :]
     return cols.reshape(oh * ow, kh, kw, c)
+
+
+class _Stats:
+    """Running X^T X (CONV_2D / FC [K, K]; DEPTHWISE [C, KH*KW, KH*KW]), row count and patch sum."""
+
+    def __init__(self):
+        self.xtx, self.n, self.tot, self.in_ch = 0.0, 0, 0.0, None
+
+    def add(self, g, op, x):
+        self.in_ch = x.shape[-1]
+        xtx, n, tot = _stats(g, op, [x])
+        self.xtx, self.n, self.tot = self.xtx + xtx, self.n + n, self.tot + tot * n
+
+    def result(self):
+        return self.xtx, self.n, self.tot / max(self.n, 1)
 
 
 def _stats(g, op, xs):
@@ -205,17 +220,23 @@ def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS
     it = make_interpreter(float_bytes, xnnpack=False, preserve_all=True)
     it.allocate_tensors()
     det = {d["name"]: d["index"] for d in it.get_tensor_details()}
-    names = {g.tensors[op.inputs[0]].name for _, op, _ in layers}
     idx = list(indices)
     if len(idx) > samples:
         idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
-    acts: dict[str, list[np.ndarray]] = {n: [] for n in names if n in det}
-    for i in idx:
+    stats = {k: _Stats() for k, (_, op, _) in enumerate(layers) if g.tensors[op.inputs[0]].name in det}
+    for i in idx:  # streamed: the statistics take the time of the budget they need, no more memory
         for d, x in zip(it.get_input_details(), source.sample(i)):
             it.set_tensor(d["index"], np.ascontiguousarray(x, np.float32))
         it.invoke()
-        for n, got in acts.items():
-            got.append(it.get_tensor(det[n]).copy())
+        for k, st in stats.items():
+            op = layers[k][1]
+            x = it.get_tensor(det[g.tensors[op.inputs[0]].name])
+            w = g.tensors[op.inputs[1]].data
+            if op.op == "DEPTHWISE_CONV_2D" and w.shape[-1] % x.shape[-1]:
+                continue
+            if op.op == "FULLY_CONNECTED" and x.size % w.shape[1]:
+                continue
+            st.add(g, op, x)
     del it
     gains = []
     for n_done, (_, op, rule) in enumerate(layers):
@@ -224,17 +245,13 @@ def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS
         if left <= 0:
             info["skipped_time"] += len(layers) - n_done
             break
-        xs = acts.get(g.tensors[op.inputs[0]].name)
-        if not xs:
+        st = stats.get(n_done)
+        if st is None or not st.n:
             continue
         wt = g.tensors[op.inputs[1]]
         w = wt.data
-        in_ch = xs[0].shape[-1]
-        if op.op == "DEPTHWISE_CONV_2D" and (w.shape[-1] % in_ch):
-            continue
-        if op.op == "FULLY_CONNECTED" and xs[0].size % w.shape[1]:
-            continue
-        xtx, _, mean = _stats(g, op, xs)
+        in_ch = st.in_ch
+        xtx, _, mean = st.result()
         scale, q0 = weight_params(w, rule.weight_axis)
         layer = _Layer(op, w, xtx, in_ch)
         q, li = learn_rounding(layer, scale, now + left / (len(layers) - n_done))
