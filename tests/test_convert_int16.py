@@ -143,3 +143,35 @@ def test_int16x8_depthwise_model(tmp_path):
     q = read_model(model)
     assert "DEPTHWISE_CONV_2D" in {q.op_code(op).builtin for op in q.subgraphs[0].operators}
     compare_with_litert(model)
+
+
+def test_int16x8_residual_add_model(tmp_path):
+    """conv -> relu -> conv + skip (ADD of two int16 tensors) and a MUL by a constant, converted 16x8:
+    no float ops, bit-exact with LiteRT's reference kernels, better than int8."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(1)
+    inits = [nh.from_array(rng.normal(0, 0.5, (3, 3, 3, 3)).astype(np.float32), "w1"),
+             nh.from_array(rng.normal(0, 0.5, (3, 3, 3, 3)).astype(np.float32), "w2"),
+             nh.from_array(rng.uniform(0.5, 1.5, (1, 3, 1, 1)).astype(np.float32), "k")]
+    nodes = [h.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), h.make_node("Add", ["c2", "x"], ["s"]),
+             h.make_node("Mul", ["s", "k"], ["y"])]
+    graph = h.make_graph(nodes, "res", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])], inits)
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    src = tmp_path / "res.onnx"
+    onnx.save(m, src)
+    cal = rng.uniform(-1, 1, (20, 3, 8, 8)).astype(np.float32)
+    r16 = convert(src, tmp_path / "r16.tflite", calib=cal, activations="int16", use_cache=False)
+    r8 = convert(src, tmp_path / "r8.tflite", calib=cal, use_cache=False)
+    assert r16.ok and not r16.float_ops, r16.float_ops
+    assert r16.outputs[0].sqnr_db > r8.outputs[0].sqnr_db + 6
+    model = (tmp_path / "r16.tflite").read_bytes()
+    ops = {read_model(model).op_code(op).builtin for op in read_model(model).subgraphs[0].operators}
+    assert {"ADD", "MUL"} <= ops
+    compare_with_litert(model)

@@ -179,3 +179,33 @@ def test_16x8_absurd_requant_scale_is_refused_in_one_line():
                    x_scale=1.0, y_scale=1e-9)
     with pytest.raises(EdgerunError, match="2\\^14"):
         run_edgerun(model, [np.zeros((1, 8), np.int16)])
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB", "MUL"])
+@pytest.mark.parametrize("shapes", [((2, 5, 7), (2, 5, 7)), ((2, 5, 7), (1, 1, 7))])
+@pytest.mark.parametrize("act", [NONE, RELU])
+def test_binary_16x8(op, shapes, act):
+    s1, s2 = np.float32(2.0 / 32767), np.float32(0.7 / 32767)
+    so = np.float32((1.4 if op == "MUL" else 2.7) / 32767)
+    b = ModelBuilder()
+    x = b.input("x", shapes[0], "int16", (s1, 0))
+    y2 = b.input("y", shapes[1], "int16", (s2, 0))
+    out = b.tensor("out", np.broadcast_shapes(*shapes), "int16", (so, 0))
+    opts = {} if op == "MUL" else {"pot_scale_int16": False}
+    b.op(op, [x, y2], [out], fused_activation_function=act, **opts)
+    b.output(out)
+    rng = np.random.default_rng(9)
+    xs = [rng.integers(-32768, 32768, s).astype(np.int16) for s in shapes]
+    got = compare_with_litert(b.to_bytes(), xs)[0]
+    assert len(np.unique(got)) > got.size // 4
+
+
+def test_int16_add_with_pot_scales_is_refused():
+    b = ModelBuilder()
+    x = b.input("x", (4,), "int16", (np.float32(1 / 1024), 0))
+    y = b.input("y", (4,), "int16", (np.float32(1 / 1024), 0))
+    out = b.tensor("out", (4,), "int16", (np.float32(1 / 512), 0))
+    b.op("ADD", [x, y], [out], pot_scale_int16=True)
+    b.output(out)
+    with pytest.raises(EdgerunError, match="pot_scale_int16"):
+        run_edgerun(b.to_bytes(), [np.zeros(4, np.int16)] * 2)

@@ -139,7 +139,7 @@ class _UF:
 
 #: ops the 16x8 mode quantizes, with the op version LiteRT gives their int16 form
 INT16_OPS = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "MAX_POOL_2D": 3,
-             "AVERAGE_POOL_2D": 3, "RESHAPE": 1, "SOFTMAX": 3}
+             "AVERAGE_POOL_2D": 3, "RESHAPE": 1, "SOFTMAX": 3, "ADD": 3, "SUB": 3, "MUL": 4}
 #: fixed int16 output parameters (LiteRT's int16 SOFTMAX requires 1/32768, zero point 0)
 FIXED16 = {"SOFTMAX": (1.0 / 32768, 0)}
 
@@ -392,13 +392,16 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, dt, data=quantize_array(data, s, z, np.dtype(dt)),
                                     quant=QuantParams([s], [z])))
             else:
-                s, z = activation_params(float(data.min()) if data.size else 0.0,
-                                         float(data.max()) if data.size else 0.0)
-                ins.append(q.tensor(src.name, src.shape, "int8", data=quantize_array(data, s, z),
+                s, z = params_fn(dt)(float(data.min()) if data.size else 0.0,
+                                     float(data.max()) if data.size else 0.0)
+                ins.append(q.tensor(src.name, src.shape, dt, data=quantize_array(data, s, z, np.dtype(dt)),
                                     quant=QuantParams([s], [z])))
         outs = [main_tensor(o) for o in op.outputs]
         version = INT16_OPS[op.op] if dt == "int16" else rule.int8_version
-        q.ops.append(Op(op.op, ins, outs, dict(op.options), max(op.version, version), op.origin))
+        opts = dict(op.options)
+        if dt == "int16" and op.op in ("ADD", "SUB"):
+            opts["pot_scale_int16"] = False  # general int16 scales (edgerun's and LiteRT's rescaling kernel)
+        q.ops.append(Op(op.op, ins, outs, opts, max(op.version, version), op.origin))
 
     # graph outputs
     for t in g.outputs:

@@ -9,7 +9,7 @@ MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15:
     y     = (acc * m16 + 2^(14 - shift)) >> (15 - shift)          (arithmetic shift, int64)
     y     = clamp(y, act_lo, act_hi)                                (int16, no output zero point)
 
-Ops covered here: FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, MAX_POOL_2D, AVERAGE_POOL_2D, SOFTMAX (RESHAPE's int16 form
+Ops covered here: FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D, ADD, SUB, MUL, MAX_POOL_2D, AVERAGE_POOL_2D, SOFTMAX (RESHAPE's int16 form
 is registered in :mod:`edgerun.ops.shape`). Other ops with int16 tensors have no kernel yet
 and are refused by the registry lookup (``edgerun has kernels for ...``).
 """
@@ -356,3 +356,49 @@ class Softmax16(Kernel):
         right = 31 - headroom
         y = (e * recip + (np.int64(1) << (right - 1))) >> right
         return [np.clip(y, 0, 32767).astype(np.int16)]
+
+
+@register("ADD", "int16")
+@register("SUB", "int16")
+@register("MUL", "int16")
+class Binary16(Kernel):
+    """int16 ADD / SUB (general scales, ``pot_scale_int16`` false: inputs shifted left 15 bits onto the
+    common scale 2*max(s1, s2), as the int8 rule with 20 bits) and MUL (``(q1 - z1)(q2 - z2)`` requantized),
+    same-shape or broadcast operands."""
+
+    def prepare(self):
+        from edgerun.ops.elementwise import _rescale_to_common
+
+        ctx = self.ctx
+        a, b, y = ctx.input(0), ctx.input(1), ctx.output(0)
+        if b.dtype != "int16" or y.dtype != "int16":
+            raise ctx.fail(f"int16 binary op with {b.dtype} / {y.dtype} operands")
+        self.op = ctx.model.op_code(ctx.op).builtin
+        self.s1, self.z1 = qparams(a)
+        self.s2, self.z2 = qparams(b)
+        self.so, self.zo = qparams(y)
+        if self.op != "MUL" and ctx.options.get("pot_scale_int16", True):
+            raise ctx.fail("int16 ADD/SUB with power-of-two scales (pot_scale_int16) is not supported")
+        f32 = np.float32
+        if self.op == "MUL":
+            self.mo = quantize_multiplier(float(f32(self.s1) * f32(self.s2) / f32(self.so)))
+        else:
+            twice_max, self.m1, self.m2 = _rescale_to_common(self.s1, self.s2, 15)
+            self.mo = quantize_multiplier(twice_max / float(f32(1 << 15) * f32(self.so)))
+        act = ctx.options.get("fused_activation_function", 0)
+        self.lo, self.hi = quantized_activation_range(act, self.so, self.zo, "int16")
+        return [tuple(np.broadcast_shapes(ctx.input_shape(0), ctx.input_shape(1)))]
+
+    def eval(self, inputs):
+        from edgerun.ops.fixedpoint import multiply_by_quantized_multiplier as mbqm
+
+        a = inputs[0].astype(np.int64) - self.z1
+        b = inputs[1].astype(np.int64) - self.z2
+        if self.op == "MUL":
+            v = np.asarray(mbqm(a * b, *self.mo), np.int64)
+        else:
+            x1 = np.asarray(mbqm(a << 15, *self.m1), np.int64)
+            x2 = np.asarray(mbqm(b << 15, *self.m2), np.int64)
+            v = np.asarray(mbqm(x1 + x2 if self.op == "ADD" else x1 - x2, *self.mo), np.int64)
+        y = np.clip(v + self.zo, self.lo, self.hi)
+        return [y.astype(np.int16)]
