@@ -141,7 +141,9 @@ def equalize(g, sweeps: int = SWEEPS) -> int:
             c = _out_channels(g, a)
             r1, r2 = _out_ranges(g, a), _in_ranges(g, b, c)
             s = np.ones(c)
-            ok = (r1 > 0) & (r2 > 0)
+            # dead channels (a range below 1e-6 of the layer's largest) stay as they are: balancing
+            # them would scale by up to MAX_SCALE per sweep for nothing (MLPerf Tiny vww has some)
+            ok = (r1 > 1e-6 * r1.max(initial=0.0)) & (r2 > 1e-6 * r2.max(initial=0.0))
             s[ok] = np.sqrt(r1[ok] * r2[ok]) / r2[ok]
             s = np.clip(s, 1 / MAX_SCALE, MAX_SCALE)
             _scale_out(g, a, s)

@@ -99,3 +99,17 @@ def test_equalization_improves_int8_on_heldback_data(tmp_path, method):
     assert info["pairs"] == 2 and info["kept"], info
     # the report's outputs are measured on held-back samples (not the calibration ones)
     assert on.outputs[0].sqnr_db > off.outputs[0].sqnr_db + 3, (on.outputs[0].sqnr_db, off.outputs[0].sqnr_db)
+
+def test_dead_channels_are_left_alone(tmp_path):
+    p = _chain(tmp_path, spread=0.0)
+    convert(p, tmp_path / "f.tflite", float_only=True, validate=False)
+    g = tflite_to_graph((tmp_path / "f.tflite").read_bytes())
+    i, _ = eq.pairs(g)[1]
+    w = g.tensors[g.ops[i].inputs[1]]
+    w.data = w.data.copy()
+    w.data[..., 0] *= 1e-20  # a dead depthwise channel
+    dead = w.data[..., 0].copy()
+    eq.equalize(g)
+    assert np.array_equal(g.tensors[g.ops[i].inputs[1]].data[..., 0], dead)
+    assert all(np.isfinite(g.tensors[t].data).all() for op in g.ops for t in op.inputs[1:] if t >= 0
+               and g.tensors[t].data is not None)
