@@ -76,7 +76,7 @@ def pytest_collection_finish(session):
     last = [it for it in session.items if it.get_closest_marker("op_coverage_floor")]
     session.items[:] = [it for it in session.items if it not in last] + last
     here = Path(__file__).parent
-    wanted = {p.name for p in here.glob("test_*.py")}
+    wanted = {p.name for p in here.rglob("test_*.py")}
     collected = {Path(str(item.fspath)).name for item in session.items}
     deselected = session.config.getoption("-k") or session.config.getoption("-m")
     session.config.stash[OP_COVERAGE]["full_run"] = wanted <= collected and not deselected

@@ -274,30 +274,30 @@ deploy_check() {
 }
 
 run_tests() {
-  SUBSET_DEFAULT="tests/test_schema.py tests/test_interpreter_api.py tests/test_interpreter_fuzz.py tests/test_ops_*.py
-    tests/test_activations.py tests/test_fixedpoint.py tests/test_planner.py tests/test_partition_graph.py
-    tests/test_delegate_xnnpack.py tests/test_delegate_framework.py tests/test_bundle_format.py tests/test_bundle_load.py"
+  SUBSET_DEFAULT="tests/schema/test_schema.py tests/runtime/test_interpreter_api.py tests/runtime/test_interpreter_fuzz.py tests/ops/test_ops_*.py
+    tests/ops/test_activations.py tests/ops/test_fixedpoint.py tests/runtime/test_planner.py tests/runtime/test_partition_graph.py
+    tests/delegates/test_delegate_xnnpack.py tests/delegates/test_delegate_framework.py tests/bundle/test_bundle_format.py tests/bundle/test_bundle_load.py"
   subset=$(printf '%s' "${SUBSET:-$SUBSET_DEFAULT}" | tr '\n' ' ')
   # where LiteRT on ARM (any version) or tflite-runtime 2.14 (armhf's only LiteRT) differs from LiteRT 2.3 on
-  # x86 (tests/platform_oracles.py), the oracle is edgerun's output on this host, recorded now: ARM must give
+  # x86 (tests/support/platform_oracles.py), the oracle is edgerun's output on this host, recorded now: ARM must give
   # the same bytes (or, for float outputs, what the test's own tolerance allows)
   t "record edgerun's x86 outputs for the cases LiteRT on $ARCH cannot judge"
-    (cd "$SRC" && PYTHONPATH=tests EDGERUN_ORACLE_RECORD="$WORK/x86-oracle-$ARCH.npz" python3 - "${PYTEST_K:-not tflm}" <<'PY'
+    (cd "$SRC" && PYTHONPATH=. EDGERUN_ORACLE_RECORD="$WORK/x86-oracle-$ARCH.npz" python3 - "${PYTEST_K:-not tflm}" <<'PY'
 import sys
 
 import pytest
 
-sys.path.insert(0, "tests")
-import platform_oracles as p  # noqa: E402
+sys.path.insert(0, ".")
+import tests.support.platform_oracles as p  # noqa: E402
 
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "platform_oracles", "-o", "addopts=",
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "tests.support.platform_oracles", "-o", "addopts=",
                       "-k", sys.argv[1], *p.record_args()]))
 PY
   ) | tail -1 || return 1
   cp "$WORK/x86-oracle-$ARCH.npz" "$R/src/x86-oracle.npz"
   set +e
-  in_chroot sh -c "cd /src/project && PYTHONPATH=/src/project/tests EDGERUN_ORACLE_REPLAY=/src/x86-oracle.npz \
-    python -m pytest -q -p no:cacheprovider -p platform_oracles -n ${JOBS:-2} --dist loadfile -k '${PYTEST_K:-not tflm}' -o addopts='-ra' $subset"
+  in_chroot sh -c "cd /src/project && PYTHONPATH=/src/project EDGERUN_ORACLE_REPLAY=/src/x86-oracle.npz \
+    python -m pytest -q -p no:cacheprovider -p tests.support.platform_oracles -n ${JOBS:-2} --dist loadfile -k '${PYTEST_K:-not tflm}' -o addopts='-ra' $subset"
   rc=$?
   set -e
   return $rc

@@ -17,7 +17,7 @@ invoke.
 
 The corpus (models missing on this machine are left out of the tables):
 
-* MediaPipe vision graphs from the ``mediapipe`` 0.10.14 wheel (``tests/test_external_models.py``
+* MediaPipe vision graphs from the ``mediapipe`` 0.10.14 wheel (``tests/runtime/test_external_models.py``
   caches it in ~/.cache/edgerun/fixtures), converted to int8 by ``edgerun convert`` (minmax
   calibration on random inputs: a speed corpus, not an accuracy one) into
   ~/.cache/edgerun/bench_int8/; their float originals run too (int8 vs float);

@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT))
 
-from delegate_models import Q
-
 from edgerun.schema.tflite import Activation, Padding
+from tests.support.delegate_models import Q
 
 
 def mobilenet_like(size=96, width=16, blocks=5, seed=1, softmax=True) -> bytes:
@@ -47,8 +46,8 @@ def mobilenet_like(size=96, width=16, blocks=5, seed=1, softmax=True) -> bytes:
 
 
 def bench(model: bytes, runs: int, threads: int | None, **config) -> dict:
-    from edgerun.litert import make_interpreter
     from edgerun.delegate import coverage, get_delegate
+    from edgerun.litert import make_interpreter
     from edgerun.runtime.interpreter import Interpreter
     from edgerun.testing import random_inputs
 

@@ -24,12 +24,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT)]
 
-import firmware_harness as H
-import firmware_models as FM
 import numpy as np
 
+import tests.support.firmware_harness as H
+import tests.support.firmware_models as FM
 from edgerun.deploy.flash import flash, model_info, run_with_link
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.ir import ModelBuilder

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate models/mcu_small.tflite: the small int8 model the firmware tests flash onto the
 emulated Cortex-M4 board (conv / depthwise / pooling / add / fully-connected / softmax, ~22 KB,
-random weights from a fixed seed; built by tests/firmware_models.py:mcu_small with edgerun's
+random weights from a fixed seed; built by tests/support/firmware_models.py:mcu_small with edgerun's
 ModelBuilder). Same seed, same bytes.
 
     python tools/make_mcu_model.py [--out models/mcu_small.tflite] [--seed 7]
@@ -22,8 +22,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "models" / "mcu_small.tflite")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    from firmware_models import mcu_small
+    sys.path[:0] = [str(ROOT)]
+    from tests.support.firmware_models import mcu_small
 
     data = mcu_small(args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 ``firmware_caps.json`` is generated from ``firmware/src/caps.h`` (op table), the limits in the
 firmware's headers and each port's ``board.h`` by ``firmware/tools/gen_caps.py``;
-``tests/test_firmware_caps.py`` fails when it is stale. Nothing here restates a limit by hand.
+``tests/firmware/test_firmware_caps.py`` fails when it is stale. Nothing here restates a limit by hand.
 
 Public functions (used by ``edgerun check``, ``package`` and ``flash`` for ``mcu:BOARD``):
 
@@ -15,7 +15,7 @@ Public functions (used by ``edgerun check``, ``package`` and ``flash`` for ``mcu
   firmware would refuse the model at COMMIT (empty: it loads). It mirrors the loader: slot size,
   tensor/op/io counts, ranks and element counts, the op and type table, MEAN's output limit, the
   work budget and the firmware's arena (tensor/op tables + prepared data + activation plan) (same greedy algorithm as
-  ``firmware/src/model.c: plan_arena``). ``tests/test_firmware_caps.py`` checks the prediction
+  ``firmware/src/model.c: plan_arena``). ``tests/firmware/test_firmware_caps.py`` checks the prediction
   against the posix firmware's COMMIT in both directions.
 * :func:`firmware_arena_bytes` (model) -> the arena the firmware will plan.
 """

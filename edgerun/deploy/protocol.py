@@ -1,7 +1,7 @@
 """The edgerun serial protocol, mirrored from ``firmware/include/edgerun/protocol.h``.
 
 The C header is canonical; every ``ER_<NAME>`` define there is ``<NAME>`` here, and
-``tests/test_firmware_protocol.py`` checks that they agree. Frame layout (little-endian)::
+``tests/firmware/test_firmware_protocol.py`` checks that they agree. Frame layout (little-endian)::
 
     A5 5A | cmd u8 | flags u8 | seq u16 | len u16 | payload[len] | crc32 u32
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from firmware_models import mcu_small, op_models  # noqa: E402
+from tests.support.firmware_models import mcu_small, op_models  # noqa: E402
 
 from edgerun.deploy import protocol as P  # noqa: E402
 from edgerun.ir import ModelBuilder  # noqa: E402

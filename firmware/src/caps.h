@@ -1,7 +1,7 @@
 /* The firmware's capability table: the one place that says what a board running this firmware
  * executes. The host never keeps its own copy: firmware/tools/gen_caps.py turns this file, the
  * limits in config.h / protocol.h / model.h and each port's board.h into
- * delegates/mcu/firmware_caps.json (tests/test_firmware_caps.py fails when the JSON is stale), and
+ * delegates/mcu/firmware_caps.json (tests/firmware/test_firmware_caps.py fails when the JSON is stale), and
  * `edgerun check|package|flash --target mcu:BOARD` read that JSON.
  *
  * X(code, NAME, types): the TFLite builtin operator code, its schema name, and the accepted

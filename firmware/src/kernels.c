@@ -1073,7 +1073,7 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         case 22: case 43: case 70: return prep_copy(m, n, err, errlen);
         case 2: return prep_concat(m, n, err, errlen);
         case 34: case 60: return prep_pad(m, n, err, errlen);
-        default: /* listed in caps.h but no kernel: a build error in spirit (tests/test_firmware_caps.py) */
+        default: /* listed in caps.h but no kernel: a build error in spirit (tests/firmware/test_firmware_caps.py) */
             UNSUP("op %s is in the capability table but has no kernel", er_op_name(n->op));
     }
 }

@@ -1,5 +1,5 @@
 /* BuiltinOperator names for error messages; generated from edgerun/schema/tflite.py
- * (tests/test_firmware_protocol.py checks they agree). */
+ * (tests/firmware/test_firmware_protocol.py checks they agree). */
 #include "model.h"
 
 static const char *const names[] = {

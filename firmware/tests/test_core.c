@@ -1,5 +1,5 @@
 /* C unit tests for the portable core (crc32, sha256, framing, fixed point, slots, commands).
- * The interpreter's outputs are tested against LiteRT from pytest (tests/test_firmware_*.py). */
+ * The interpreter's outputs are tested against LiteRT from pytest (tests/firmware/test_firmware_*.py). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_icount import start
-from firmware_models import MLPERF_TINY, mlperf_tiny
+from tests.support.firmware_models import MLPERF_TINY, mlperf_tiny
 
 from edgerun.bench.device import bench_device, bench_mlperf_tiny
 from edgerun.deploy.serial_link import SerialLink

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from firmware_harness import free_port, make  # noqa: E402
-from firmware_models import MLPERF_TINY, mlperf_tiny  # noqa: E402
+from tests.support.firmware_harness import free_port, make  # noqa: E402
+from tests.support.firmware_models import MLPERF_TINY, mlperf_tiny  # noqa: E402
 
 from edgerun.deploy.flash import flash, model_info, run_with_link  # noqa: E402
 from edgerun.deploy.serial_link import SerialLink  # noqa: E402

@@ -2,7 +2,7 @@
 src/caps.h, the limits in src/config.h, src/model.h, src/caps.h and include/edgerun/protocol.h,
 and every port's board.h (arena and slot sizes). The host reads only that JSON, so what
 `edgerun check/package/flash --target mcu:BOARD` predict is what COMMIT enforces;
-tests/test_firmware_caps.py fails when the JSON is stale.
+tests/firmware/test_firmware_caps.py fails when the JSON is stale.
 
     python3 firmware/tools/gen_caps.py            # rewrite the JSON
     python3 firmware/tools/gen_caps.py --check    # exit 1 if it is stale

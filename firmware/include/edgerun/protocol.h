@@ -1,6 +1,6 @@
 /*
  * edgerun serial protocol: THE canonical definition (edgerun/deploy/protocol.py mirrors it and
- * tests/test_firmware_protocol.py checks every ER_* #define below against the Python side).
+ * tests/firmware/test_firmware_protocol.py checks every ER_* #define below against the Python side).
  *
  * Frame (all integers little-endian):
  *

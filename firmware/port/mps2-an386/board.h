@@ -1,5 +1,5 @@
 /* mps2-an386 (Cortex-M4F) as QEMU emulates it: edgerun/targets.py BOARDS["mps2-an386"]
- * (tests/test_firmware_protocol.py checks these numbers against it). */
+ * (tests/firmware/test_firmware_protocol.py checks these numbers against it). */
 #ifndef ER_BOARD_H
 #define ER_BOARD_H
 #define ER_BOARD_NAME "mps2-an386"

@@ -1,5 +1,5 @@
 /* mps2-an500 (Cortex-M7, FPv5) as QEMU emulates it: edgerun/targets.py BOARDS["mps2-an500"]
- * (tests/test_firmware_protocol.py checks these numbers against it). */
+ * (tests/firmware/test_firmware_protocol.py checks these numbers against it). */
 #ifndef ER_BOARD_H
 #define ER_BOARD_H
 #define ER_BOARD_NAME "mps2-an500"

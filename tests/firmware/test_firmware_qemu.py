@@ -1,0 +1,195 @@
+"""End to end on the emulated board: build the mps2-an386 firmware, start QEMU with the serial
+port on a TCP socket, flash the shipped int8 model through socket://, run it, and compare the
+outputs with the host byte for byte. Skipped only when arm-none-eabi-gcc or qemu-system-arm is
+missing (tools/install.sh installs both)."""
+
+import hashlib
+import subprocess
+
+import pytest
+
+from edgerun.deploy import protocol as P
+from edgerun.deploy.flash import flash, model_info, run_with_link, verify_on_device
+from edgerun.deploy.serial_link import SerialLink
+from edgerun.litert import make_interpreter
+from edgerun.testing import random_inputs, run_litert
+from tests.support.firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make, wait_listening
+from tests.support.firmware_models import mcu_small, op_models
+
+pytestmark = pytest.mark.skipif(have_arm_toolchain() is not None, reason=str(have_arm_toolchain()))
+SHIPPED = ROOT / "models" / "mcu_small.tflite"
+
+
+def qemu_command(elf, port: int) -> list[str]:
+    return ["qemu-system-arm", "-M", "mps2-an386", "-display", "none", "-monitor", "none",
+            "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
+            "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
+
+
+@pytest.fixture(scope="module")
+def board():
+    make("mps2")
+    port = free_port()
+    q = subprocess.Popen(qemu_command(MPS2_ELF, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_listening(q, port)
+    yield q, f"socket://127.0.0.1:{port}"
+    if q.poll() is None:
+        q.kill()
+        q.wait()
+
+
+def test_shipped_model_matches_its_generator():
+    assert SHIPPED.read_bytes() == mcu_small(7), "models/mcu_small.tflite is stale: run tools/make_mcu_model.py"
+
+
+def test_flash_and_run_on_emulated_board(board):
+    _q, url = board
+    model = SHIPPED.read_bytes()
+    with SerialLink(url) as link:
+        hello = link.hello()
+        assert hello.board == "mps2-an386" and hello.max_payload == 4096
+        r = flash(SHIPPED, url, link=link)
+        assert not r.skipped and r.size == len(model)
+        info = model_info(link)
+        assert info.sha256 == hashlib.sha256(model).hexdigest()
+        details = make_interpreter(model, reference=True).get_input_details()
+        total_us = 0
+        for seed in range(5):
+            x = random_inputs(details, seed=seed)
+            got, us = run_with_link(link, x, info)
+            want = run_litert(model, x, reference=True)
+            assert got[0].dtype == want[0].dtype and got[0].tobytes() == want[0].tobytes()
+            total_us += us
+        # SysTick timing without -icount follows host time, which can read 0 for one run on a
+        # loaded machine; five runs together must show time passing
+        assert total_us > 0
+        assert flash(SHIPPED, url, link=link).skipped  # same hash: no transfer
+    report = verify_on_device(SHIPPED, url)  # a fresh connection: the board kept running
+    assert report["ok"], report
+
+
+def test_op_models_bit_exact_on_cortex_m4(board):
+    """newlib's expf/roundf and the M4F's single-precision FPU must give LiteRT's bytes too."""
+    _q, url = board
+    models = op_models(3)
+    names = ["softmax_beta1.0", "logistic", "mean_hw_nokeep", "quantize_requantize_dequantize",
+             "add_b1x1x1x4", "mul_b4", "dw_valid_s2_mult2", "fc_per_tensor", "average_pool_2d_same_k3s2",
+             "tanh", "tanh_any_q", "hard_swish", "leaky_relu_neg", "prelu_a8", "sub_act1_b4",
+             "squared_difference_act0_b4", "ss_negative_stride", "resize_nn_align", "resize_nn_half",
+             "split_v", "pack_unpack", "arg_max_int64", "gather_axis1", "mirror_pad_reflect", "exp",
+             "abs_rescale", "relu_n1_to_1", "arg_min", "batch_matmul_bcast_adj", "batch_matmul_const_rhs",
+             "transpose_conv_same_s2", "transpose_conv_valid_s2_relu", "resize_bl_half", "resize_bl_align"]
+    with SerialLink(url) as link:
+        link.hello()
+        for name in names:
+            m = models[name]
+            flash(m, url, link=link)
+            details = make_interpreter(m, reference=True).get_input_details()
+            for seed in range(2):
+                x = random_inputs(details, seed=seed)
+                got, _ = run_with_link(link, x)
+                want = run_litert(m, x, reference=True)
+                assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+
+
+@pytest.mark.parametrize("name", ["vww", "ic", "kws", "ad", "sww"])
+def test_mlperf_tiny_bit_exact_on_cortex_m4(board, name):
+    """MLPerf Tiny's reference int8 models flash and verify bit-exactly on the emulated board
+    (skipped when the models are not cached, see firmware/README.md)."""
+    from tests.support.firmware_models import MLPERF_TINY, MLPERF_TINY_DIR, mlperf_tiny
+
+    model = mlperf_tiny(name)
+    if model is None:
+        pytest.skip(f"{MLPERF_TINY_DIR / MLPERF_TINY[name]} not cached (see firmware/README.md)")
+    _q, url = board
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        details = make_interpreter(model, reference=True).get_input_details()
+        x = random_inputs(details, seed=1)
+        got, _ = run_with_link(link, x)
+        want = run_litert(model, x, reference=True)
+        assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+        assert verify_on_device(model, url, link=link, flash_first=False)["ok"]
+
+
+def test_mediapipe_style_model_on_cortex_m4(board):
+    """PRELU / STRIDED_SLICE / RESIZE / HARD_SWISH, over 256 tensors, verified on the emulated board."""
+    from tests.support.firmware_models import mediapipe_style
+
+    _q, url = board
+    model = mediapipe_style()
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        report = verify_on_device(model, url, link=link, flash_first=False)
+    assert report["ok"], report
+
+
+def test_streaming_wakeword_state_on_cortex_m4(board):
+    """microWakeWord's hey_mycroft (resource variables, CALL_ONCE) frame by frame against one
+    LiteRT interpreter (skipped when the pymicro-wakeword wheel is not cached)."""
+    import numpy as np
+
+    from tests.firmware.test_firmware_streaming import WAKEWORD
+
+    path = WAKEWORD / "hey_mycroft.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} not cached")
+    model = path.read_bytes()
+    _q, url = board
+    it = make_interpreter(model, reference=True)
+    it.allocate_tensors()
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    rng = np.random.default_rng(1)
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        for step in range(12):
+            x = np.clip(rng.normal(0, 40, size=inp["shape"]) + 30 * np.sin(step / 3), -128, 127).astype(np.int8)
+            it.set_tensor(inp["index"], x)
+            it.invoke()
+            got, _ = run_with_link(link, [x])
+            assert got[0].tobytes() == it.get_tensor(out["index"]).tobytes(), step
+
+
+def test_second_board_cortex_m7(tmp_path):
+    """A second board profile: the same firmware built for the Cortex-M7 of QEMU's mps2-an500
+    (FPv5 FPU, its own board.h) runs the op models and MLPerf Tiny's KWS model bit-exactly."""
+    from tests.support.firmware_models import mlperf_tiny
+
+    make("mps2-an500")
+    elf = ROOT / "firmware" / "build" / "mps2-an500" / "edgerun-fw.elf"
+    port = free_port()
+    cmd = qemu_command(elf, port)
+    cmd[cmd.index("mps2-an386")] = "mps2-an500"
+    q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_listening(q, port)
+        url = f"socket://127.0.0.1:{port}"
+        models = op_models(4)
+        chosen = {k: models[k] for k in ("softmax_beta1.0", "tanh", "hard_swish", "prelu_a8", "fc_per_channel",
+                                         "conv_dilated", "ss_negative_stride", "split_v")}
+        chosen["mcu_small"] = mcu_small()
+        if mlperf_tiny("kws") is not None:
+            chosen["kws"] = mlperf_tiny("kws")
+        with SerialLink(url) as link:
+            assert link.hello().board == "mps2-an500"
+            for name, m in chosen.items():
+                flash(m, url, link=link)
+                details = make_interpreter(m, reference=True).get_input_details()
+                x = random_inputs(details, seed=3)
+                got, _ = run_with_link(link, x)
+                want = run_litert(m, x, reference=True)
+                assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+    finally:
+        q.kill()
+        q.wait()
+
+
+def test_exit_through_semihosting(board):
+    q, url = board
+    with SerialLink(url) as link:
+        link.hello()
+        link.request(P.CMD_EXIT, b"\0")
+    assert q.wait(10) == 0  # last: it ends QEMU
