@@ -36,6 +36,7 @@ class Telemetry:
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # a sample's time and value are appended together
 
     def _sample(self) -> None:
         if self.source is not None:
@@ -43,16 +44,19 @@ class Telemetry:
                 before = time.perf_counter()
                 v = self.source.read()
                 # the reading belongs between the two clocks (a serial meter takes ~0.1 s to answer)
-                self.t.append((before + time.perf_counter()) / 2)
-                self.raw.append(float(v))
+                stamp = (before + time.perf_counter()) / 2
+                with self._lock:
+                    self.t.append(stamp)
+                    self.raw.append(float(v))
             except Exception as e:  # a sampler must not die: a missed sample is counted, not fatal
                 self.missed += 1
                 self.last_error = f"{type(e).__name__}: {e}"
         if self.probe is not None and self.probe.found:
             temps, freqs = self.probe.read()
-            self.tt.append(time.perf_counter())
-            self.temps.append(temps)
-            self.freqs.append(freqs)
+            with self._lock:
+                self.tt.append(time.perf_counter())
+                self.temps.append(temps)
+                self.freqs.append(freqs)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -79,9 +83,13 @@ class Telemetry:
 
     # ---- analysis ----------------------------------------------------------------------------
 
+    def _power_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """A consistent snapshot of (times, values) while the sampling thread may still append."""
+        with self._lock:
+            return np.asarray(self.t, dtype=np.float64), np.asarray(self.raw, dtype=np.float64)
+
     def energy_curve(self) -> tuple[np.ndarray, np.ndarray]:
-        t = np.asarray(self.t, dtype=np.float64)
-        v = np.asarray(self.raw, dtype=np.float64)
+        t, v = self._power_samples()
         if self.source is None or len(t) == 0:
             return t, v
         if self.source.kind == "energy":
@@ -91,8 +99,7 @@ class Telemetry:
 
     def power_curve(self) -> tuple[np.ndarray, np.ndarray]:
         """Watts against time (for plots): measured values, or the counter's slope between samples."""
-        t = np.asarray(self.t, dtype=np.float64)
-        v = np.asarray(self.raw, dtype=np.float64)
+        t, v = self._power_samples()
         if self.source is None or len(t) < 2 or self.source.kind == "power":
             return t, v
         dt = np.diff(t)
@@ -107,12 +114,14 @@ class Telemetry:
         return float(np.interp(t1, t, e) - np.interp(t0, t, e))
 
     def window_samples(self, t0: float, t1: float) -> int:
-        t = np.asarray(self.t)
+        t, _ = self._power_samples()
         return int(((t >= t0) & (t <= t1)).sum())
 
     def thermal_window(self, t0: float, t1: float) -> dict:
-        idx = [i for i, s in enumerate(self.tt) if t0 <= s <= t1]
-        return _thermal.summarize(self.probe, [self.temps[i] for i in idx], [self.freqs[i] for i in idx])
+        with self._lock:
+            tt, temps, freqs = list(self.tt), list(self.temps), list(self.freqs)
+        idx = [i for i, s in enumerate(tt) if t0 <= s <= t1]
+        return _thermal.summarize(self.probe, [temps[i] for i in idx], [freqs[i] for i in idx])
 
 
 def energy_figures(tel: Telemetry | None, t0: float, t1: float, inferences: int,

@@ -188,3 +188,34 @@ def test_rapl_msr_interface_before_mmio(sysroot):
 def test_subtract_idle_needs_a_measured_idle(sysroot, tiny_model):
     r = edgerun("bench", tiny_model, "--power-w", "3", "--subtract-idle")
     assert r.returncode == 2 and "--subtract-idle" in r.stderr
+
+
+def test_window_energy_while_the_sampler_appends():
+    """Readers take one consistent snapshot of (time, value) while the thread appends: a window
+    read mid-run once saw one more time than values (np.interp: 'fp and xp are not of the same
+    length', an internal error in `edgerun bench` on a board)."""
+    import time as _time
+
+    from edgerun.bench.sampler import Telemetry
+
+    class Counter:
+        kind, name, label = "energy", "test:counter", ""
+
+        def __init__(self):
+            self.j = 0.0
+
+        def read(self):
+            self.j += 0.001
+            return self.j
+
+    tel = Telemetry(Counter(), interval=0.0).start()
+    try:
+        end = _time.perf_counter() + 1.0
+        while _time.perf_counter() < end:
+            t, e = tel.energy_curve()
+            assert len(t) == len(e)
+            if len(t) > 2:
+                tel.window_energy(t[0], t[-1])
+            tel.power_curve()
+    finally:
+        tel.stop()
