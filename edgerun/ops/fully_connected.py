@@ -31,13 +31,46 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.ops.common import (Requantizer, check_weighted_types, clip_ufunc, exact_chunk, exact_int_matmul,
-                                float_activation_range, qparams, quantized_activation_range, round_half_away,
-                                scratch)
+from edgerun.ops.common import (
+    Requantizer,
+    check_weighted_types,
+    clip_ufunc,
+    exact_chunk,
+    exact_int_matmul,
+    float_activation_range,
+    qparams,
+    quantized_activation_range,
+    round_half_away,
+    scratch,
+)
 from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 
 _INT32_MIN = -(1 << 31)
+
+
+def fc_shapes(ctx) -> tuple[int, int, tuple]:
+    """FULLY_CONNECTED's shape rule, shared by every dtype: (K, units, output shape).
+
+    Weights are [units, K]; the input flattens into rows of K (``keep_num_dims`` keeps its
+    leading dimensions, which needs its last one to be K)."""
+    opts = ctx.options
+    if opts.get("weights_format", 0):
+        raise ctx.fail("shuffled weights formats are not supported")
+    if ctx.input(1).sparsity is not None:
+        raise ctx.fail("sparse weights are not supported (DENSIFY them first)")
+    x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
+    if len(w_shape) != 2:
+        raise ctx.fail(f"weights must be 2-D, got {list(w_shape)}")
+    units, k = w_shape
+    size = int(np.prod(x_shape, dtype=np.int64))
+    if k <= 0 or size % k:
+        raise ctx.fail(f"input {list(x_shape)} cannot be flattened into rows of {k}")
+    if opts.get("keep_num_dims", False):
+        if x_shape[-1] != k:
+            raise ctx.fail(f"keep_num_dims needs the input's last dimension ({x_shape[-1]}) to be {k}")
+        return k, units, tuple(x_shape[:-1]) + (units,)
+    return k, units, (size // k, units)
 
 
 @register("FULLY_CONNECTED", "float32", "int8")
@@ -49,26 +82,9 @@ class FullyConnected(Kernel):
 
     def prepare(self):
         ctx, opts = self.ctx, self.ctx.options
-        if opts.get("weights_format", 0):
-            raise ctx.fail("shuffled weights formats are not supported")
+        k, units, out_shape = fc_shapes(ctx)
+        self.k, self.units, self.out_shape = k, units, out_shape
         w_t = ctx.input(1)
-        if w_t.sparsity is not None:
-            raise ctx.fail("sparse weights are not supported (DENSIFY them first)")
-        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
-        if len(w_shape) != 2:
-            raise ctx.fail(f"weights must be 2-D, got {list(w_shape)}")
-        units, k = w_shape
-        size = int(np.prod(x_shape, dtype=np.int64))
-        if k <= 0 or size % k:
-            raise ctx.fail(f"input {list(x_shape)} cannot be flattened into rows of {k}")
-        self.k, self.units = k, units
-        if opts.get("keep_num_dims", False):
-            if x_shape[-1] != k:
-                raise ctx.fail(f"keep_num_dims needs the input's last dimension ({x_shape[-1]}) to be {k}")
-            out_shape = tuple(x_shape[:-1]) + (units,)
-        else:
-            out_shape = (size // k, units)
-        self.out_shape = out_shape
         self.quantized = check_weighted_types(ctx, 0, 1, 2)
         act = opts.get("fused_activation_function", 0)
         w = ctx.const(1)

@@ -20,6 +20,7 @@ import numpy as np
 
 from edgerun.ops.common import conv_output_size, conv_padding, qparams, quantized_activation_range
 from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
+from edgerun.ops.fully_connected import fc_shapes
 from edgerun.ops.registry import Kernel, register
 
 
@@ -105,23 +106,10 @@ class FullyConnected16x8(_Weighted16):
     double_requant = True
 
     def prepare(self):
-        ctx, opts = self.ctx, self.ctx.options
-        if opts.get("weights_format", 0):
-            raise ctx.fail("shuffled weights formats are not supported")
-        x_shape, w_shape = ctx.input_shape(0), ctx.input_shape(1)
-        if len(w_shape) != 2:
-            raise ctx.fail(f"weights must be 2-D, got {list(w_shape)}")
-        units, k = w_shape
-        size = int(np.prod(x_shape, dtype=np.int64))
-        if k <= 0 or size % k:
-            raise ctx.fail(f"input {list(x_shape)} cannot be flattened into rows of {k}")
-        self.k, self.units = k, units
-        if opts.get("keep_num_dims", False):
-            out_shape = tuple(x_shape[:-1]) + (units,)
-        else:
-            out_shape = (size // k, units)
-        self.out_shape = out_shape
-        self._setup(units, 0)
+        ctx = self.ctx
+        self.k, self.units, self.out_shape = fc_shapes(ctx)
+        out_shape = self.out_shape
+        self._setup(self.units, 0)
         w = ctx.const(1)
         self.wmat = None if w is None else (np.asarray(w, np.int64) - self.w_zp).T.copy()
         return [out_shape]
