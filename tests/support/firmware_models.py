@@ -9,6 +9,7 @@ scales drawn from a seeded generator, for byte-exact comparison with LiteRT's re
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from edgerun.ir import ModelBuilder
 
@@ -391,15 +392,57 @@ def unsupported_model() -> bytes:
 
 
 #: MLPerf Tiny's five reference int8 models (github.com/mlcommons/tiny, benchmark/training/*/
-#: trained_models/), cached outside the repository; tests skip with the reason when absent.
+#: trained_models/), fetched once per process by tools/fetch_models.py (pinned commit, size and
+#: SHA-256) into ~/.cache/edgerun/mlperf_tiny; tests skip with the fetcher's reason where the
+#: models can be neither found in the cache nor downloaded.
 MLPERF_TINY_DIR = __import__("pathlib").Path.home() / ".cache" / "edgerun" / "mlperf_tiny"
 MLPERF_TINY = {"vww": "vww_96_int8.tflite", "ic": "pretrainedResnet_quant.tflite", "kws": "kws_ref_model.tflite",
                "ad": "ad01_int8.tflite", "sww": "str_ww_ref_model.tflite"}
+_MLPERF_FETCHED: dict = {}
+
+
+def fetch_models_module():
+    """tools/fetch_models.py, imported by path (tools/ is not a package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    mod = sys.modules.get("edgerun_tools_fetch_models")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(
+            "edgerun_tools_fetch_models", Path(__file__).resolve().parents[2] / "tools" / "fetch_models.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def mlperf_tiny_status() -> tuple[dict, str | None]:
+    """({short name: model bytes}, None), or ({}, one-line reason), for all five; tried once per process."""
+    if "result" not in _MLPERF_FETCHED:
+        fm = fetch_models_module()
+        try:
+            paths = fm.fetch([MLPERF_TINY[k] for k in MLPERF_TINY], cache=MLPERF_TINY_DIR)
+            _MLPERF_FETCHED["result"] = ({k: paths[v].read_bytes() for k, v in MLPERF_TINY.items()}, None)
+        except fm.FetchError as e:
+            _MLPERF_FETCHED["result"] = ({}, f"MLPerf Tiny models neither cached in {MLPERF_TINY_DIR} nor "
+                                             f"fetchable ({e}); see tools/fetch_models.py")
+    return _MLPERF_FETCHED["result"]
 
 
 def mlperf_tiny(name: str) -> bytes | None:
-    p = MLPERF_TINY_DIR / MLPERF_TINY[name]
-    return p.read_bytes() if p.exists() else None
+    """One of the five int8 models (vww, ic, kws, ad, sww), fetched when needed; None when unavailable."""
+    return mlperf_tiny_status()[0].get(name)
+
+
+@pytest.fixture(scope="session")
+def mlperf_tiny_models() -> dict:
+    """Session fixture: {short name: bytes} for the five models, or a skip with the fetcher's reason.
+    Test modules import it (``from tests.support.firmware_models import mlperf_tiny_models``)."""
+    models, why = mlperf_tiny_status()
+    if why:
+        pytest.skip(why)
+    return models
 
 
 def mediapipe_style(blocks: int = 40, seed: int = 11) -> bytes:
