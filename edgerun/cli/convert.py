@@ -64,6 +64,9 @@ def convert_cli(
                                   "error falls."),
     optimize_seconds: float = typer.Option(60.0, "--optimize-seconds", min=0.0, help="Time budget of "
                                            "--optimize in seconds."),
+    equalize: bool = typer.Option(True, "--equalize/--no-equalize", help="Try cross-layer equalization "
+                                  "(kept only if the int8 error falls); --no-equalize skips it and its "
+                                  "second calibration."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ):
     """Convert MODEL to a full-integer int8 TFLite (or float32 with --float) and report accuracy.
@@ -94,7 +97,8 @@ def convert_cli(
                       float_only=float_only, input_shape=input_shape, input_layout=input_layout,
                       per_layer=per_layer or _is_html(report), max_drop=max_drop, target=target, preprocessing=pre,
                       progress=cb, eval_progress=ecb, use_cache=not no_cache, activations=activations,
-                      optimize=optimize, optimize_seconds=optimize_seconds, optimize_progress=ocb)
+                      optimize=optimize, optimize_seconds=optimize_seconds, optimize_progress=ocb,
+                      equalize=equalize)
     d = rep.to_dict()
     if report is not None and _is_html(report):
         from edgerun.bench.report import write_convert_report

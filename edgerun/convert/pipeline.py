@@ -298,6 +298,11 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
 
 #: full-integer targets whose runtime has TFLite's 16x8 kernels (TFLM)
 INT16_TARGETS = ("tflm",)
+#: targets whose runtime has TFLite's int8-in / int16-out SOFTMAX (float32-output models write their
+#: output softmax in int16, :func:`edgerun.convert.quantize.wide_softmax_outputs`); EdgeTPU,
+#: edgerun's int8 firmware and the TensorRT export do not take it; tflm gets int16 layers only
+#: through --max-drop promotion
+WIDE_SOFTMAX_TARGETS = ("cpu", "rpi")
 
 
 def _target_name(target) -> str:
@@ -317,12 +322,15 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     # a full-integer target whose runtime has 16x8 kernels (TFLM) gets the sensitive layers in
     # int16 activations instead of float (EdgeTPU and edgerun's int8 firmware still refuse)
     promote = activations == "int8" and requires_full_int8(target) and _target_name(target) in INT16_TARGETS
+    wide = activations == "int8" and io_type == "float32" and (not target or _target_name(target) in WIDE_SOFTMAX_TARGETS)
 
     def build(keep):
         if promote:
-            qg = quantize_graph(g, ranges, io_type=io_type, activations=activations, int16_layers=keep)
+            qg = quantize_graph(g, ranges, io_type=io_type, activations=activations, int16_layers=keep,
+                                wide_softmax=wide)
         else:
-            qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations)
+            qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations,
+                                wide_softmax=wide)
         return qg, qg.to_bytes("edgerun convert (int8)")
 
     kept: list[str] = []

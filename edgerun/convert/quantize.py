@@ -154,6 +154,16 @@ def activation_params16(lo: float, hi: float) -> tuple[float, int]:
     return float(np.float32(m / 32767.0)), 0
 
 
+def wide_softmax_outputs(g: Graph, fops: set[int], io_type: str) -> set[int]:
+    """Output tensors of quantized SOFTMAX ops that are float32 graph outputs and feed nothing else."""
+    if io_type != "float32":
+        return set()
+    cons = g.consumers()
+    outs = set(g.outputs)
+    return {op.outputs[0] for i, op in enumerate(g.ops) if op.op == "SOFTMAX" and i not in fops
+            and op.outputs[0] in outs and not cons.get(op.outputs[0])}
+
+
 def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activations: str = "int8") -> set[int]:
     """Indices of ops that stay float: no int8 form, or named (by output tensor) in keep_float."""
     out = set()
@@ -170,11 +180,14 @@ def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activati
 
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
                    keep_float: set[str] | frozenset = frozenset(), activations: str = "int8",
-                   int16_layers: set[str] | frozenset = frozenset()) -> Graph:
+                   int16_layers: set[str] | frozenset = frozenset(), wide_softmax: bool = False) -> Graph:
     """A new int8 (or 16x8 with ``activations="int16"``) Graph from float graph ``g`` and
     calibrated ranges keyed by tensor name. ``int16_layers`` (int8 mode): ops, named by output
     tensor, promoted to 16x8 when they have a 16x8 kernel (mixed precision; QUANTIZE converts
-    between int8 and int16 tensors at the boundaries)."""
+    between int8 and int16 tensors at the boundaries). ``wide_softmax`` (int8 mode, float32
+    outputs): a SOFTMAX whose output is only a graph output runs in int16 (its int8 logits
+    requantized to int16 by a QUANTIZE; output scale 1/32768) and its output is dequantized from
+    int16, so the probabilities are not rounded to int8's fixed 1/256 step."""
     if activations not in ("int8", "int16"):
         raise ConversionError(f"activations {activations!r}: use int8 or int16")
     adt = activations  # the dtype of quantized activation tensors
@@ -183,8 +196,9 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     if adt == "int8" and io_type not in ("int8", "uint8", "float32"):
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
     fops = float_ops(g, keep_float, activations)
+    wide = wide_softmax_outputs(g, fops, io_type) if wide_softmax and adt == "int8" else set()
     # per-op and per-tensor precision: int16 for every quantized op in 16x8 mode, else for promoted ops
-    op_dt = {i: ("int16" if adt == "int16" or (op.op in INT16_OPS and any(
+    op_dt = {i: ("int16" if adt == "int16" or op.outputs[0] in wide or (op.op in INT16_OPS and any(
         g.tensors[o].name in int16_layers for o in op.outputs)) else "int8")
         for i, op in enumerate(g.ops) if i not in fops}
     tdt: dict[int, str] = {}
@@ -407,7 +421,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     for t in g.outputs:
         src = g.tensors[t]
         if t in q_act:
-            inner = main_tensor(t) if tdt.get(t, adt) == adt else as_int8(t, None, adt)
+            inner = main_tensor(t) if tdt.get(t, adt) == adt or t in wide else as_int8(t, None, adt)
             if inner != main_tensor(t):
                 q.rename(main_tensor(t), src.name + "_" + tdt[t])
         elif t in params and io_type != "float32":
@@ -421,7 +435,7 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             q.rename(inner, src.name)
             q.outputs.append(inner)
             continue
-        q.rename(inner, src.name + "_" + adt)
+        q.rename(inner, src.name + "_" + q.tensors[inner].dtype)
         if io_type == "uint8":
             ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
             q.ops.append(Op("QUANTIZE", [inner], [ext], version=2))

@@ -113,3 +113,27 @@ def test_dead_channels_are_left_alone(tmp_path):
     assert np.array_equal(g.tensors[g.ops[i].inputs[1]].data[..., 0], dead)
     assert all(np.isfinite(g.tensors[t].data).all() for op in g.ops for t in op.inputs[1:] if t >= 0
                and g.tensors[t].data is not None)
+
+
+def test_cli_no_equalize_skips_equalization(tmp_path):
+    """`edgerun convert --no-equalize` does not try CLE; the default tries it and keeps it here."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def cli(*args):  # the CLI's entry point in this interpreter, run from the repository root
+        return subprocess.run([sys.executable, "-c", "import sys; from edgerun.cli import main; sys.exit(main())",
+                               *map(str, args)], capture_output=True, text=True, timeout=300, check=False,
+                              cwd=Path(__file__).resolve().parents[2])
+
+    p = _chain(tmp_path)
+    np.save(tmp_path / "c.npy", np.random.default_rng(2).uniform(-1, 1, (40, 3, 16, 16)).astype(np.float32))
+    reps = {}
+    for flag in ("--equalize", "--no-equalize"):
+        r = cli("convert", p, "-o", tmp_path / f"{flag}.tflite", "--calib", tmp_path / "c.npy",
+                "--calib-method", "minmax", "--no-cache", "--json", flag)
+        assert r.returncode == 0, r.stderr[-2000:]
+        reps[flag] = json.loads(r.stdout)["calibration"]
+    assert reps["--equalize"]["equalization"]["kept"]
+    assert "equalization" not in reps["--no-equalize"]

@@ -86,7 +86,7 @@ def test_unknown_activations_refused():
 def test_max_drop_promotes_layers_to_int16_for_full_integer_targets(tmp_path, budget):
     """--max-drop with a full-integer target that has 16x8 kernels (tflm): the sensitive layers get
     int16 activations (QUANTIZE int8 <-> int16 at the boundaries) instead of float."""
-    plain = convert(MODEL, tmp_path / "p.tflite", calib=CALIB, io_type="float32")
+    plain = convert(MODEL, tmp_path / "p.tflite", calib=CALIB, io_type="float32", target="tflm")
     rep = convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target="tflm", max_drop=budget)
     assert plain.outputs[0].sqnr_db < 55 <= float(budget[:-2]) <= rep.outputs[0].sqnr_db
     assert rep.budget_met and rep.kept_float == [] and rep.float_ops == []
