@@ -110,7 +110,7 @@ def _store(data: bytes, name: str, cache: Path) -> Path:
 def _download(url: str, limit: int, timeout: float) -> bytes:
     req = urllib.request.Request(url, headers={"User-Agent": "edgerun-fetch-models"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (https or a mirror URL given by the user)
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             data = r.read(limit + 1)
     except urllib.error.HTTPError as e:
         raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from None

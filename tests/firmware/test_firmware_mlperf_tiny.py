@@ -2,8 +2,9 @@
 spotting, anomaly detection, streaming wake word) on the posix firmware (ASan/UBSan): the host's
 prediction (firmware_accepts, a -1 batch in shape_signature included) says they load, COMMIT
 agrees, the arena COMMIT reports is the predicted one, and the outputs are LiteRT's reference
-bytes. The Cortex-M4 run under QEMU is in test_firmware_qemu.py. The models are cached outside the
-repository (firmware/README.md says how); each test skips with the reason when its model is absent."""
+bytes. The Cortex-M4 run under QEMU is in test_firmware_qemu.py. The models are fetched by
+tools/fetch_models.py (pinned SHA-256) into ~/.cache/edgerun/mlperf_tiny; the tests skip with the
+fetcher's reason where they can be neither found there nor downloaded."""
 
 import pytest
 from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
@@ -14,7 +15,7 @@ from edgerun.litert import make_interpreter
 from edgerun.schema.reader import read_model
 from edgerun.testing import random_inputs, run_litert
 from tests.support.firmware_harness import tcp_firmware
-from tests.support.firmware_models import MLPERF_TINY, MLPERF_TINY_DIR, mlperf_tiny
+from tests.support.firmware_models import MLPERF_TINY, mlperf_tiny_models  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +30,8 @@ def device(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(MLPERF_TINY))
-def test_mlperf_tiny_bit_exact_on_the_firmware(device, name):
-    model = mlperf_tiny(name)
-    if model is None:
-        pytest.skip(f"{MLPERF_TINY_DIR / MLPERF_TINY[name]} not cached (see firmware/README.md)")
+def test_mlperf_tiny_bit_exact_on_the_firmware(device, mlperf_tiny_models, name):  # noqa: F811
+    model = mlperf_tiny_models[name]
     link, url = device
     sig = [t.shape_signature for t in read_model(model).main.tensors if t.shape_signature]
     assert firmware_accepts(model, "mps2-an386") == []

@@ -13,8 +13,9 @@ from edgerun.deploy.flash import flash, model_info, run_with_link, verify_on_dev
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.litert import make_interpreter
 from edgerun.testing import random_inputs, run_litert
+from tests.support.cli import EDGERUN, cli
 from tests.support.firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make, wait_listening
-from tests.support.firmware_models import mcu_small, op_models
+from tests.support.firmware_models import mcu_small, mlperf_tiny_models, op_models  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(have_arm_toolchain() is not None, reason=str(have_arm_toolchain()))
 SHIPPED = ROOT / "models" / "mcu_small.tflite"
@@ -92,25 +93,54 @@ def test_op_models_bit_exact_on_cortex_m4(board):
                 assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
 
 
-@pytest.mark.parametrize("name", ["vww", "ic", "kws", "ad", "sww"])
-def test_mlperf_tiny_bit_exact_on_cortex_m4(board, name):
-    """MLPerf Tiny's reference int8 models flash and verify bit-exactly on the emulated board
-    (skipped when the models are not cached, see firmware/README.md)."""
-    from tests.support.firmware_models import MLPERF_TINY, MLPERF_TINY_DIR, mlperf_tiny
+@pytest.fixture(scope="module")
+def signing_key(tmp_path_factory):
+    d = tmp_path_factory.mktemp("key")
+    r = cli("keygen", "-o", d / "k")
+    assert r.returncode == 0, r.stderr
+    return d / "k"
 
-    model = mlperf_tiny(name)
-    if model is None:
-        pytest.skip(f"{MLPERF_TINY_DIR / MLPERF_TINY[name]} not cached (see firmware/README.md)")
+
+@pytest.mark.parametrize("name", ["vww", "ic", "kws", "ad", "sww"])
+def test_mlperf_tiny_run_device_verify_on_cortex_m4(board, mlperf_tiny_models, signing_key, tmp_path, name):  # noqa: F811
+    """MLPerf Tiny's reference int8 models (fetched by tools/fetch_models.py, pinned by SHA-256; the
+    test skips with the fetcher's reason where they cannot be had) as a user deploys them, through
+    the console script: `package --target mcu:mps2-an386 --sign`, then `run BUNDLE --device URL
+    --verify` flashes the emulated board and checks the golden vectors byte for byte (exit 0), with
+    the arena COMMIT reports equal to the host's prediction; then one more input against LiteRT's
+    reference kernels directly."""
+    import json
+    import os
+
+    from edgerun_delegates.mcu.firmware import firmware_arena_bytes
+
+    model = mlperf_tiny_models[name]
     _q, url = board
+    src = tmp_path / f"{name}.tflite"
+    src.write_bytes(model)
+    bundle = tmp_path / f"{name}.bundle"
+    r = cli("package", src, "-o", bundle, "--target", "mcu:mps2-an386", "--sign", signing_key.with_suffix(".key"),
+            "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGERUN_")}
+    env["EDGERUN_TRUSTED_KEY"] = str(signing_key.with_suffix(".pub"))
+    r = subprocess.run([EDGERUN, "run", str(bundle), "--device", url, "--verify", "--json"], capture_output=True,
+                       text=True, timeout=600, env=env, check=False)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    rep = json.loads(r.stdout)
+    assert rep["ok"] and rep["verified"] and rep["reference"] == "golden" and len(rep["cases"]) >= 3
+    assert all(o["identical"] for c in rep["cases"] for o in c["outputs"]), rep["cases"]
+    assert rep["flash"]["board"] == "mps2-an386" and rep["flash"]["size"] == len(model)
+    assert rep["model_sha256"] == hashlib.sha256(model).hexdigest()
+    assert rep["device_arena_bytes"] == firmware_arena_bytes(model)
     with SerialLink(url) as link:
         link.hello()
-        flash(model, url, link=link)
+        assert flash(model, url, link=link).skipped  # the console script left it on the board
         details = make_interpreter(model, reference=True).get_input_details()
-        x = random_inputs(details, seed=1)
+        x = random_inputs(details, seed=101)
         got, _ = run_with_link(link, x)
         want = run_litert(model, x, reference=True)
         assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
-        assert verify_on_device(model, url, link=link, flash_first=False)["ok"]
 
 
 def test_mediapipe_style_model_on_cortex_m4(board):

@@ -220,6 +220,7 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
     b.output(y)
     models["padv2"] = b.to_bytes()
     models.update(_more_op_models(rng))
+    models.update(_coverage_models(rng))
     return models
 
 
@@ -381,6 +382,92 @@ def _more_op_models(rng) -> dict[str, bytes]:
     return models
 
 
+def _coverage_models(rng) -> dict[str, bytes]:
+    """The rest of the host's int8 ops: SQRT, RSQRT, DIV, SUM, LOG_SOFTMAX, CAST, SHAPE. Inputs
+    stay where LiteRT's invoke succeeds for any int8 value (SQRT/RSQRT inputs have zero point
+    -128; DIV's divisors never equal their zero point)."""
+    models: dict[str, bytes] = {}
+
+    def unary(name, op, shape, q, oq, itype="int8", otype="int8", extra=(), out_shape=None, **opts):
+        b = ModelBuilder()
+        x = b.input("x", shape, itype, q)
+        y = b.tensor("y", out_shape or shape, otype, oq)
+        b.op(op, [x, *[f(b) for f in extra]], [y], **opts)
+        b.output(y)
+        models[name] = b.to_bytes()
+
+    unary("sqrt", "SQRT", (1, 64), (0.05, -128), (0.02, -128))
+    unary("sqrt_wide", "SQRT", (2, 32), (float(rng.uniform(0.5, 2.0)), -128), (0.1, -30))
+    unary("rsqrt", "RSQRT", (1, 64), (0.05, -128), (0.04, -128))
+    unary("rsqrt_small_scale", "RSQRT", (2, 32), (float(rng.uniform(0.001, 0.01)), -128), (0.5, -100))
+    unary("rsqrt_large_scale", "RSQRT", (1, 64), (float(rng.uniform(2.0, 8.0)), -128), (0.003, -128))
+    for name, bshape, act in (("div_const_c", (4,), 0), ("div_const_full_relu", (1, 5, 5, 4), 1)):
+        b = ModelBuilder()
+        x = b.input("a", (1, 5, 5, 4), "int8", _q(rng))
+        zb = int(rng.integers(-20, 20))
+        vals = rng.integers(-128, 128, size=bshape)
+        vals = np.where(vals == zb, zb + 1, vals).astype(np.int8)
+        d = b.const("d", vals, "int8", (float(rng.uniform(0.01, 0.1)), zb))
+        z = b.tensor("z", (1, 5, 5, 4), "int8", _q(rng, 0.05, 0.5))
+        b.op("DIV", [x, d], [z], fused_activation_function=act)
+        b.output(z)
+        models[name] = b.to_bytes()
+    # a divisor computed at run time: MAXIMUM with a constant above its zero point keeps it nonzero
+    b = ModelBuilder()
+    qa, qb = _q(rng), (0.03, -10)
+    x = b.input("a", (1, 4, 4, 3), "int8", qa)
+    v = b.input("b", (1, 4, 4, 3), "int8", qb)
+    pos = b.tensor("b_pos", (1, 4, 4, 3), "int8", qb)
+    b.op("MAXIMUM", [v, b.const("floor", np.array([-9], np.int8), "int8", qb)], [pos])
+    z = b.tensor("z", (1, 4, 4, 3), "int8", (0.2, 5))
+    b.op("DIV", [x, pos], [z])
+    b.output(z)
+    models["div_runtime"] = b.to_bytes()
+    unary("log_softmax", "LOG_SOFTMAX", (2, 10), (0.1, 4), (16.0 / 256, 127))
+    unary("log_softmax_wide", "LOG_SOFTMAX", (1, 3, 40), (float(rng.uniform(0.01, 0.5)), -7), (16.0 / 256, 127))
+    for it, ot in (("int8", "uint8"), ("int8", "int16"), ("int8", "int32"), ("int8", "int64"), ("int8", "float32"),
+                   ("uint8", "int8"), ("uint8", "int32"), ("uint8", "float32"), ("int32", "int8"),
+                   ("int32", "int64"), ("int32", "float32")):
+        unary(f"cast_{it}_{ot}", "CAST", (3, 7), None, None, itype=it, otype=ot)
+    for it in ("int8", "float32"):
+        for ot in ("int32", "int64"):
+            b = ModelBuilder()
+            x = b.input("x", (2, 3, 5), it, (0.05, 1) if it == "int8" else None)
+            y = b.tensor("y", (3,), ot)
+            b.op("SHAPE", [x], [y], out_type=2 if ot == "int32" else 4)
+            z = b.tensor("z", (2, 3, 5), it, (0.05, 1) if it == "int8" else None)
+            b.op("RESHAPE", [x, y if ot == "int32" else _i32(b, "new_shape", [2, 3, 5])], [z])  # (LiteRT: int32 only)
+            b.output(y, z)
+            models[f"shape_{it}_{ot}"] = b.to_bytes()
+    return models
+
+
+#: SUM cases (shape, axes, keep_dims, input and output quantization) for :func:`sum_models`
+SUM_CASES = {"sum_hw": ((1, 5, 6, 4), [1, 2], True, (0.05, 3), (0.4, -2)),
+             "sum_c_same_q": ((2, 5, 6), [-1], False, (0.05, 3), (0.05, 3)),
+             "sum_all_wide": ((3, 40), [0, 1], False, (0.02, -20), (1.5, 10))}
+
+
+def sum_models(dtype: str = "int8") -> dict[str, bytes]:
+    """int8 SUM models, or (``dtype="uint8"``) their uint8 twins (zero points + 128): LiteRT 2.3's
+    reference int8 SUM reads its int8 input as uint8 (docs/convert.md), so the oracle for an int8
+    SUM is LiteRT's reference uint8 SUM on the same values shifted by +128, as for edgerun's own
+    kernel (tests/ops/test_ops_reduce.py)."""
+    shift = 128 if dtype == "uint8" else 0
+    models = {}
+    for name, (shape, axes, keep, qi, qo) in SUM_CASES.items():
+        ax = [a % len(shape) for a in axes]
+        oshape = tuple(1 if i in ax else d for i, d in enumerate(shape)) if keep else \
+            tuple(d for i, d in enumerate(shape) if i not in ax)
+        b = ModelBuilder()
+        x = b.input("x", shape, dtype, (qi[0], qi[1] + shift))
+        y = b.tensor("y", oshape, dtype, (qo[0], qo[1] + shift))
+        b.op("SUM", [x, _i32(b, "axes", axes)], [y], keep_dims=keep)
+        b.output(y)
+        models[name] = b.to_bytes()
+    return models
+
+
 def unsupported_model() -> bytes:
     """A model with an op the firmware does not run (ELU), to check the load-time error."""
     b = ModelBuilder()
@@ -425,8 +512,8 @@ def mlperf_tiny_status() -> tuple[dict, str | None]:
             paths = fm.fetch([MLPERF_TINY[k] for k in MLPERF_TINY], cache=MLPERF_TINY_DIR)
             _MLPERF_FETCHED["result"] = ({k: paths[v].read_bytes() for k, v in MLPERF_TINY.items()}, None)
         except fm.FetchError as e:
-            _MLPERF_FETCHED["result"] = ({}, f"MLPerf Tiny models neither cached in {MLPERF_TINY_DIR} nor "
-                                             f"fetchable ({e}); see tools/fetch_models.py")
+            why = f"MLPerf Tiny models neither cached in {MLPERF_TINY_DIR} nor fetchable ({e}); see tools/fetch_models.py"
+            _MLPERF_FETCHED["result"] = ({}, why)
     return _MLPERF_FETCHED["result"]
 
 
