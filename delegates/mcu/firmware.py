@@ -253,14 +253,14 @@ def firmware_accepts(model, board: str) -> list[str]:
             reasons.append(f"op {k} ({name}) takes {' | '.join('>'.join(p) for p in pairs)} (input>output types), "
                            f"not {tin}>{tout}")
             continue
-        if pairs != [["same", "same"]]:
+        if pairs != [["same", "same"]] and name not in ("CAST", "SHAPE"):  # those two ignore quantization
             unq = [t for t in (ins[data], outs[0]) if facts[t][1] == "int8" and not g.tensors[t].quantized]
             if unq:
                 reasons.append(f"op {k} ({name}): int8 tensor '{g.tensors[unq[0]].name}' has no quantization")
                 continue
         opts = op.options or {}
-        if name == "MEAN" and (facts[outs[0]][2] or 0) > lim["mean_max_outputs"]:
-            reasons.append(f"op {k} (MEAN) has more than {lim['mean_max_outputs']} outputs")
+        if name in ("MEAN", "SUM") and (facts[outs[0]][2] or 0) > lim["mean_max_outputs"]:
+            reasons.append(f"op {k} ({name}) has more than {lim['mean_max_outputs']} outputs")
         work += _work(name, ins, outs[0], facts, opts) + sum(facts[o][2] or 0 for o in outs[1:])
     if work > lim["max_work"]:
         reasons.append(f"model needs {work} operations per inference (limit {lim['max_work']})")
@@ -284,8 +284,10 @@ def _pool_bytes(m, g, facts) -> int:
             pool += 8 * facts[ins[1]][0][0]  # one double per unit (requantization in double)
         elif name == "SOFTMAX":
             pool += 1024
-        elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "EXP", "ABS"):
+        elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "EXP", "ABS", "SQRT", "RSQRT"):
             pool += 256
+        elif name == "LOG_SOFTMAX":
+            pool += 2048  # two int32 tables by the difference to the row maximum
         elif name in ("TRANSPOSE", "SLICE", "STRIDED_SLICE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
             pool += 56
         elif name == "MIRROR_PAD":

@@ -64,7 +64,14 @@
     X(129, CALL_ONCE, "*")                               \
     X(142, VAR_HANDLE, "*")                              \
     X(143, READ_VARIABLE, "*")                           \
-    X(144, ASSIGN_VARIABLE, "*")
+    X(144, ASSIGN_VARIABLE, "*")                         \
+    X(75, SQRT, "int8>int8")                             \
+    X(76, RSQRT, "int8>int8")                            \
+    X(42, DIV, "int8>int8")                              \
+    X(74, SUM, "int8>int8")                              \
+    X(50, LOG_SOFTMAX, "int8>int8")                      \
+    X(53, CAST, "int8>uint8|int8>int16|int8>int32|int8>int64|int8>float32|uint8>int8|uint8>int32|uint8>float32|int32>int8|int32>int64|int32>float32") \
+    X(77, SHAPE, "int8>int32|int8>int64|uint8>int32|uint8>int64|int16>int32|int16>int64|int32>int32|int32>int64|float32>int32|float32>int64")
 
 /* option limits that are not shapes */
 #define ER_MEAN_MAX_OUTPUTS 4096 /* MEAN keeps one int32 sum per output in a static buffer */

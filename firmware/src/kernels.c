@@ -502,6 +502,211 @@ static int prep_prelu(er_model *m, er_node *n, char *err, size_t errlen) {
     return ER_OK;
 }
 
+/* ---- gemmlowp fixed point for DIV, RSQRT and LOG_SOFTMAX (TFLite's reference arithmetic; int32
+ * values, wrapping where C++'s FixedPoint operators wrap) ------------------------------------ */
+static int32_t clz32(uint32_t x) {
+    int32_t n = 0;
+    if (!x) return 32;
+    while (!(x & 0x80000000u)) { x <<= 1; n++; }
+    return n;
+}
+static int32_t clrsb32(int32_t x) { return x >= 0 ? clz32((uint32_t)x) - 1 : clz32(~(uint32_t)x) - 1; }
+static int32_t wsub(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
+static int32_t rdbpot64(int64_t x, int32_t e) { /* RoundingDivideByPOT on a 64-bit value, result narrowed */
+    const int64_t mask = ((int64_t)1 << e) - 1, rem = x & mask, thr = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (int32_t)((x >> e) + (rem > thr ? 1 : 0));
+}
+/* SaturatingRoundingMultiplyByPOT(Param): left shift saturating, right shift rounding */
+static int32_t srmbpot(int32_t x, int32_t e) {
+    if (e <= 0) return e == 0 ? x : rdbpot(x, -e);
+    const int64_t thr = ((int64_t)1 << (31 - e)) - 1;
+    if (x > thr) return INT32_MAX;
+    if (x < -thr) return INT32_MIN;
+    return (int32_t)((uint32_t)x << e);
+}
+static int32_t rounding_half_sum(int32_t a, int32_t b) {
+    const int64_t s = (int64_t)a + b, t = s + (s >= 0 ? 1 : -1);
+    return (int32_t)(t / 2);
+}
+/* one_over_one_plus_x_for_x_in_0_1: Q0.31 in, Q0.31 out (Newton-Raphson, three steps in Q2.29) */
+static int32_t one_over_one_plus_x(int32_t a) {
+    const int32_t half_den = rounding_half_sum(a, INT32_MAX);
+    int32_t x = wadd(1515870810, srdhm(half_den, -1010580540));
+    for (int i = 0; i < 3; i++) {
+        const int32_t one_minus = wsub(1 << 29, srdhm(half_den, x));
+        x = wadd(x, srmbpot(srdhm(x, one_minus), 2));
+    }
+    return srmbpot(x, 1);
+}
+/* GetInvSqrtQuantizedMultiplierExp (reverse_shift -1) of a value >= 0 */
+static void inv_sqrt_multiplier(int32_t v, int32_t *mult, int32_t *shift) {
+    if (v <= 1) { *mult = INT32_MAX; *shift = 0; return; }
+    int32_t sh = 11;
+    while (v >= (1 << 29)) { v /= 4; sh++; }
+    const int32_t pairs = (clz32((uint32_t)v) - 1) / 2 - 1;
+    sh -= pairs;
+    v = (int32_t)((uint32_t)v << (2 * pairs));
+    const int32_t half = rdbpot(v >> 1, 1), half_three = (1 << 28) + (1 << 27);
+    int32_t r = 1 << 28;
+    for (int i = 0; i < 5; i++) {
+        const int32_t x3 = srmbpot(srdhm(srdhm(r, r), r), 6);
+        r = srmbpot(wsub(srdhm(half_three, r), srdhm(half, x3)), 3);
+    }
+    r = srdhm(r, 1518500250); /* sqrt(2) / 2 */
+    if (sh < 0) { r = (int32_t)((uint32_t)r << -sh); sh = 0; }
+    *mult = r;
+    *shift = -sh;
+}
+/* exp(a) for a in [-1/4, 0), Q0.31 */
+static int32_t exp_quarter(int32_t a) {
+    const int32_t c = 1895147668, third = 715827883;
+    const int32_t x = wadd(a, 1 << 28), x2 = srdhm(x, x), x3 = srdhm(x2, x), x4 = srdhm(x2, x2);
+    const int32_t poly = rdbpot(wadd(srdhm(wadd(rdbpot(x4, 2), x3), third), x2), 1);
+    return wadd(c, srdhm(c, wadd(x, poly)));
+}
+/* exp_on_negative_values for Q5.26 input (kScaledDiffIntegerBits = 5), Q0.31 result */
+static int32_t exp_neg_q5(int32_t a) {
+    static const int32_t barrel[7] = {1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242};
+    const int32_t quarter = 1 << 24;
+    const int32_t amq = wsub(a & (quarter - 1), quarter);
+    int32_t r = exp_quarter(srmbpot(amq, 5));
+    const int32_t rem = wsub(amq, a);
+    for (int k = 0; k < 7; k++)
+        if (rem & (1 << (24 + k))) r = srdhm(r, barrel[k]);
+    return a == 0 ? INT32_MAX : r;
+}
+/* log_x_for_x_greater_than_or_equal_to_1_impl: Q12.19 in, Q5.26 out */
+static int32_t log_q12_to_q5(int32_t za) {
+    const int32_t log_2 = 1488522236, sqrt_sqrt_half = 1805811301, sqrt_half = 1518500250;
+    const int32_t alpha_n = 117049297, alpha_d = 127690142, alpha_i = 1057819769, alpha_f = 638450708;
+    const int32_t quarter6 = 1 << 23; /* 1/4 in Q6.25 */
+    const int32_t ha1 = clz32((uint32_t)za);
+    const int32_t ra = srmbpot(srdhm(srmbpot(za, ha1 - 1), sqrt_half), 1);
+    int64_t t = (int64_t)srmbpot(12 - ha1, 25) + quarter6;
+    const int32_t za_adj = (int32_t)(t > INT32_MAX ? INT32_MAX : (t < INT32_MIN ? INT32_MIN : t));
+    const int32_t zb = srdhm(za, sqrt_half), hb = clz32((uint32_t)zb) - 1;
+    const int32_t rb = srmbpot(za, hb);
+    t = (int64_t)srmbpot(12 - hb, 25) - quarter6;
+    const int32_t zb_adj = (int32_t)(t > INT32_MAX ? INT32_MAX : (t < INT32_MIN ? INT32_MIN : t));
+    const int32_t r = ra < rb ? ra : rb, adj = za_adj > zb_adj ? za_adj : zb_adj;
+    const int32_t p = rounding_half_sum(r, sqrt_sqrt_half);
+    int32_t q = wsub(r, sqrt_sqrt_half);
+    q = wadd(q, q);
+    const int32_t sq = srdhm(q, q);
+    const int32_t num = wadd(srdhm(q, r), srdhm(srdhm(q, sq), alpha_n));
+    const int32_t den = wadd(srdhm(p, wadd(wadd(alpha_i, q), srdhm(alpha_d, sq))), srdhm(alpha_f, q));
+    const int32_t total = wadd(srdhm(adj, log_2), srdhm(rdbpot(num, 6), one_over_one_plus_x(den)));
+    return srmbpot(total, 1);
+}
+
+/* (int32_t)f as LiteRT's x86 build executes it (cvttss2si): INT32_MIN for NaN and out of range */
+static int32_t f2i_x86(float f) {
+    if (!(f > -2147483648.0f && f < 2147483648.0f)) return INT32_MIN;
+    return (int32_t)f;
+}
+
+/* SQRT, RSQRT (int8): 256-entry tables; inputs below the zero point fail the invoke, as in LiteRT */
+static int prep_sqrt(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out) || in->scales.n != 1 || out->scales.n != 1) UNSUP("only per-tensor int8 is supported");
+    if (in->count != out->count) FAIL("shape mismatch");
+    n->itable = pool_alloc(256);
+    if (!n->itable) FAIL("out of prepare memory");
+    const int32_t zi = in->zp, zo = out->zp;
+    int32_t mo = 0, so = 0;
+    if (n->op == 76) /* RSQRT: 1 / (sqrt(s_in) * s_out), the product in float32 */
+        er_quantize_multiplier(1.0 / (double)(sqrtf(in->scale) * out->scale), &mo, &so);
+    for (int32_t v = -128; v <= 127; v++) {
+        int32_t q;
+        if (n->op == 75) { /* SQRT: float32, truncated */
+            const float y = sqrtf(in->scale * (float)(v - zi)) / out->scale;
+            q = wadd(f2i_x86(y), zo);
+        } else if (v <= zi) {
+            q = 127; /* 1/sqrt(0); below zero the invoke fails before the table is read */
+        } else { /* RSQRT: 1/sqrt(q - zi) in fixed point with 20 extra bits, then rescaled */
+            int32_t im, is;
+            inv_sqrt_multiplier(v - zi, &im, &is);
+            q = wadd(er_mbqm(er_mbqm(1, im, is + 20), mo, so - 20), zo);
+        }
+        n->itable[(uint8_t)(int8_t)v] = (int8_t)clampi(q, -128, 127);
+    }
+    return ER_OK;
+}
+
+/* DIV (int8, broadcasting): gemmlowp reciprocal of the divisor; a zero divisor fails the invoke */
+static int prep_div(er_model *m, er_node *n, char *err, size_t errlen) {
+    int rc = prep_binary(m, n, err, errlen);
+    if (rc != ER_OK) return rc;
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    if (a->scales.n != 1 || b->scales.n != 1 || out->scales.n != 1) UNSUP("only per-tensor int8 is supported");
+    er_quantize_multiplier((double)(a->scale / (b->scale * out->scale)), &n->mult, &n->shift);
+    return ER_OK;
+}
+
+static int32_t div_i8(int32_t v1, int32_t v2, int32_t mult, int32_t shift) {
+    if (v2 < 0) { v1 = -v1; v2 = -v2; }
+    const int32_t hp1 = clz32((uint32_t)v2); /* GetReciprocal(v2, 31) */
+    const int32_t inv = one_over_one_plus_x((int32_t)(((uint32_t)v2 << hp1) - 0x80000000u));
+    const int32_t recip_shift = 31 - hp1;
+    const int32_t head = clrsb32(v1);
+    const int32_t unscaled = srdhm((int32_t)((uint32_t)v1 << head), inv);
+    const int32_t total = shift - recip_shift - head;
+    const int32_t x = srdhm(unscaled, mult), e = total < 0 ? -total : 0;
+    /* RoundingDivideByPOT as LiteRT's x86 build executes it for exponents of 32 and more (the
+     * int32 shift count is taken mod 32; edgerun/ops/elementwise.py) */
+    if (e >= 32) return (x >> (e & 31)) + (x >= 0 ? 1 : 0);
+    return rdbpot(x, e);
+}
+
+/* SUM (int8): MEAN's integer path without the 1/n (reference_ops::QuantizedMeanOrSum) */
+static int prep_sum(er_model *m, er_node *n, char *err, size_t errlen) {
+    int rc = prep_mean(m, n, err, errlen);
+    if (rc != ER_OK) return rc;
+    er_quantize_multiplier((double)tin(m, n, 0)->scale / (double)tout(m, n)->scale, &n->mult, &n->shift);
+    return ER_OK;
+}
+
+/* LOG_SOFTMAX (int8): TFLite's fixed-point kernel. Everything up to the row sum depends on the
+ * difference to the row maximum (0..255): two tables of it (Q5.26 scaled difference, Q12.19
+ * exponential); per row one fixed-point log. Output scale 16/256, zero point 127. */
+static int prep_log_softmax(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || !is_i8(out) || in->scales.n != 1 || out->scales.n != 1) UNSUP("only per-tensor int8 is supported");
+    if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
+    if (out->scale != 16.0f / 256.0f || out->zp != 127) FAIL("int8 LOG_SOFTMAX needs output scale 16/256 and zero point 127");
+    double real = (double)in->scale * (double)(1 << 26);
+    if (real > 2147483647.0) real = 2147483647.0;
+    if (!(real > 1.0)) UNSUP("input scale too small for the int8 LOG_SOFTMAX kernel");
+    int32_t mult, shift;
+    er_quantize_multiplier(real, &mult, &shift);
+    const int32_t diff_min = -(int32_t)floor(31.0 * (double)(1 << 26) / (double)((int64_t)1 << shift));
+    const double reverse = (double)((int64_t)1 << (31 - shift)) / (double)mult;
+    er_quantize_multiplier(reverse, &n->mult1, &n->shift1);
+    if (!(reverse > 0.0 && reverse < 1.0) || n->shift1 > 0) UNSUP("input scale out of range for the int8 LOG_SOFTMAX kernel");
+    n->act_min = diff_min;
+    n->pc_mult = pool_alloc(256 * 4); /* scaled difference, by max - x */
+    n->pc_shift = pool_alloc(256 * 4); /* its exponential in Q12.19 (0 where TFLite skips it) */
+    if (!n->pc_mult || !n->pc_shift) FAIL("out of prepare memory");
+    for (int32_t d = 0; d < 256; d++) {
+        const int valid = -d >= diff_min;
+        const int32_t s = srdhm(valid ? (int32_t)((int64_t)-d * ((int64_t)1 << shift)) : 0, mult);
+        n->pc_mult[d] = s;
+        n->pc_shift[d] = valid ? srmbpot(exp_neg_q5(s), -12) : 0;
+    }
+    return ER_OK;
+}
+
+/* CAST: C conversion of each value (no quantization); SHAPE: the input's dimensions */
+static int prep_cast_shape(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (n->op == 77) {
+        if (out->ndim != 1 || out->count != (uint32_t)in->ndim) FAIL("SHAPE output must be [%d]", (int)in->ndim);
+        return ER_OK;
+    }
+    if (in->count != out->count) FAIL("shape mismatch");
+    return ER_OK;
+}
+
 /* ---- data movement as a strided view: out[i0..ik] = in[off + sum(i_d * stride_d)] --------- */
 typedef struct {
     int32_t nd, off;
@@ -1073,6 +1278,11 @@ int er_kernel_prepare(er_model *m, er_node *n, char *err, size_t errlen) {
         case 22: case 43: case 70: return prep_copy(m, n, err, errlen);
         case 2: return prep_concat(m, n, err, errlen);
         case 34: case 60: return prep_pad(m, n, err, errlen);
+        case 75: case 76: return prep_sqrt(m, n, err, errlen);
+        case 42: return prep_div(m, n, err, errlen);
+        case 74: return prep_sum(m, n, err, errlen);
+        case 50: return prep_log_softmax(m, n, err, errlen);
+        case 53: case 77: return prep_cast_shape(m, n, err, errlen);
         default: /* listed in caps.h but no kernel: a build error in spirit (tests/firmware/test_firmware_caps.py) */
             UNSUP("op %s is in the capability table but has no kernel", er_op_name(n->op));
     }
@@ -1260,7 +1470,7 @@ static void eval_pool(er_model *m, er_node *n) {
                 }
 }
 
-static void eval_binary(er_model *m, er_node *n) {
+static int eval_binary(er_model *m, er_node *n) {
     er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
     const int8_t *xa = i8in(m, n, 0), *xb = i8in(m, n, 1);
     int8_t *y = i8out(m, n);
@@ -1297,6 +1507,9 @@ static void eval_binary(er_model *m, er_node *n) {
             }
         } else if (n->op == 55 || n->op == 57) {
             r = n->op == 55 ? (xa[ia] > xb[ib] ? xa[ia] : xb[ib]) : (xa[ia] < xb[ib] ? xa[ia] : xb[ib]);
+        } else if (n->op == 42) { /* DIV */
+            if (vb == 0) return -1; /* LiteRT fails the invoke on a zero divisor */
+            r = wadd(div_i8(va, vb, n->mult, n->shift), zo);
         } else {
             r = wadd(er_mbqm(va * vb, n->mult, n->shift), zo);
         }
@@ -1306,6 +1519,7 @@ static void eval_binary(er_model *m, er_node *n) {
             idx[i] = 0;
         }
     }
+    return 0;
 }
 
 static int32_t mean_scratch[ER_MEAN_MAX_OUTPUTS];
@@ -1599,13 +1813,77 @@ static void eval_pieces(er_model *m, er_node *n) {
         }
 }
 
+static void eval_log_softmax(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0);
+    const int8_t *x = i8in(m, n, 0);
+    int8_t *y = i8out(m, n);
+    const int32_t depth = in->dims[in->ndim - 1];
+    if (depth <= 0) return;
+    const uint32_t rows = in->count / (uint32_t)depth;
+    for (uint32_t r = 0; r < rows; r++, x += depth, y += depth) {
+        int32_t mx = -128, total = 0;
+        for (int32_t j = 0; j < depth; j++) if (x[j] > mx) mx = x[j];
+        for (int32_t j = 0; j < depth; j++) total = wadd(total, n->pc_shift[mx - x[j]]);
+        const int32_t log_sum = log_q12_to_q5(total);
+        int32_t adj = er_mbqm(wadd(log_sum, INT32_MIN), n->mult1, n->shift1);
+        if (adj < n->act_min - 1) adj = n->act_min - 1;
+        for (int32_t j = 0; j < depth; j++) {
+            if (x[j] - mx > adj) {
+                const int32_t o = rdbpot64((int64_t)n->pc_mult[mx - x[j]] - log_sum, 22) + 127;
+                y[j] = (int8_t)clampi(o, -128, 127);
+            } else {
+                y[j] = -128;
+            }
+        }
+    }
+}
+
+static int64_t cast_load(const uint8_t *p, uint8_t type, uint32_t i) {
+    switch (type) {
+        case ER_TYPE_INT8: return (int8_t)p[i];
+        case ER_TYPE_UINT8: return p[i];
+        case ER_TYPE_INT16: { int16_t v; memcpy(&v, p + 2 * (size_t)i, 2); return v; }
+        case ER_TYPE_INT32: return ld_i32(p + 4 * (size_t)i);
+        default: { int64_t v; memcpy(&v, p + 8 * (size_t)i, 8); return v; }
+    }
+}
+
+static void eval_cast(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    for (uint32_t i = 0; i < out->count; i++) {
+        const int64_t v = cast_load(x, in->type, i); /* static_cast: integers wrap, floats round */
+        switch (out->type) {
+            case ER_TYPE_INT8: case ER_TYPE_UINT8: y[i] = (uint8_t)v; break;
+            case ER_TYPE_INT16: { const uint16_t w = (uint16_t)v; memcpy(y + 2 * (size_t)i, &w, 2); break; }
+            case ER_TYPE_INT32: { const uint32_t w = (uint32_t)v; memcpy(y + 4 * (size_t)i, &w, 4); break; }
+            case ER_TYPE_INT64: memcpy(y + 8 * (size_t)i, &v, 8); break;
+            default: { const float f = (float)v; memcpy(y + 4 * (size_t)i, &f, 4); break; }
+        }
+    }
+}
+
+static void eval_shape(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    for (int d = 0; d < in->ndim; d++) {
+        if (out->type == ER_TYPE_INT64) {
+            const int64_t v = in->dims[d];
+            memcpy(y + 8 * d, &v, 8);
+        } else {
+            memcpy(y + 4 * d, &in->dims[d], 4);
+        }
+    }
+}
+
 int er_kernel_eval(er_model *m, er_node *n) {
     switch (n->op) {
         case 3: eval_conv(m, n); return 0;
         case 4: eval_dwconv(m, n); return 0;
         case 9: eval_fc(m, n); return 0;
         case 1: case 17: eval_pool(m, n); return 0;
-        case 0: case 18: case 41: case 55: case 57: case 99: eval_binary(m, n); return 0;
+        case 0: case 18: case 41: case 55: case 57: case 99: return eval_binary(m, n);
         case 28: case 47: case 98: case 101: case 117:
         case 14: {
             const int8_t *x = i8in(m, n, 0);
@@ -1634,6 +1912,21 @@ int er_kernel_eval(er_model *m, er_node *n) {
             return 0;
         case 2: eval_concat(m, n); return 0;
         case 34: case 60: eval_pad(m, n); return 0;
+        case 75: case 76: { /* SQRT, RSQRT: LiteRT fails the invoke below the input zero point */
+            const int8_t *x = i8in(m, n, 0);
+            int8_t *y = i8out(m, n);
+            const int32_t zi = tin(m, n, 0)->zp;
+            for (uint32_t i = 0; i < tin(m, n, 0)->count; i++) {
+                if (x[i] < zi) return -1;
+                y[i] = n->itable[(uint8_t)x[i]];
+            }
+            return 0;
+        }
+        case 42: return eval_binary(m, n);
+        case 74: return eval_mean(m, n);
+        case 50: eval_log_softmax(m, n); return 0;
+        case 53: eval_cast(m, n); return 0;
+        case 77: eval_shape(m, n); return 0;
         default: return -1;
     }
 }

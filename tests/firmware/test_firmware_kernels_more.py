@@ -1,0 +1,145 @@
+"""The firmware's SQRT, RSQRT, DIV, SUM, LOG_SOFTMAX, CAST and SHAPE beyond the per-op models of
+test_firmware_kernels.py: SUM against LiteRT's reference uint8 twin (LiteRT 2.3's reference int8
+SUM reads int8 as uint8, docs/convert.md), inputs where LiteRT fails the invoke (zero divisor,
+square roots below the zero point), CAST's wrap-around, and `check --target mcu:BOARD`'s
+prediction against COMMIT for each new op (accepted with the arena to the byte, and refused)."""
+
+import numpy as np
+import pytest
+
+from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
+from edgerun.deploy.flash import flash, model_info, run_with_link
+from edgerun.deploy.serial_link import DeviceError
+from edgerun.ir import ModelBuilder
+from edgerun.litert import make_interpreter
+from edgerun.testing import random_inputs, run_edgerun, run_litert
+from tests.support.firmware_harness import raw_flash, sanitized_device
+from tests.support.firmware_models import op_models, sum_models
+
+device = pytest.fixture(scope="module", name="device")(sanitized_device)
+
+NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape")
+OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS)}
+SUM_INT8, SUM_UINT8 = sum_models("int8"), sum_models("uint8")
+INVOKE_FAILED = 15  # ER_ERR_INVOKE_FAILED
+
+
+def _shape(model):
+    return tuple(int(s) for s in make_interpreter(model, reference=True).get_input_details()[0]["shape"])
+
+
+@pytest.mark.parametrize("name", sorted(SUM_INT8))
+def test_sum_bit_exact_with_litert_uint8_twin(device, name):
+    model = SUM_INT8[name]
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    shape = _shape(model)
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-128, 128, size=shape).astype(np.int8) for _ in range(4)]
+    inputs += [np.full(shape, v, np.int8) for v in (-128, 127, 3)]
+    for x in inputs:
+        got, _ = run_with_link(device, [x], info)
+        want = run_litert(SUM_UINT8[name], [(x.astype(np.int16) + 128).astype(np.uint8)], reference=True)[0]
+        assert got[0].tobytes() == (want.astype(np.int16) - 128).astype(np.int8).tobytes(), name
+        assert got[0].tobytes() == run_edgerun(model, [x])[0].tobytes()
+
+
+def _div_runtime(zb=-10):
+    b = ModelBuilder()
+    x = b.input("a", (1, 8), "int8", (0.05, 2))
+    d = b.input("b", (1, 8), "int8", (0.03, zb))
+    z = b.tensor("z", (1, 8), "int8", (0.2, 5))
+    b.op("DIV", [x, d], [z])
+    b.output(z)
+    return b.to_bytes()
+
+
+def _unary(op, q, oq, itype="int8", otype="int8", shape=(1, 8)):
+    b = ModelBuilder()
+    x = b.input("x", shape, itype, q)
+    y = b.tensor("y", shape, otype, oq)
+    b.op(op, [x], [y])
+    b.output(y)
+    return b.to_bytes()
+
+
+@pytest.mark.parametrize("case", ["div_zero_divisor", "sqrt_below_zero_point", "rsqrt_below_zero_point"])
+def test_invoke_fails_where_litert_fails_and_the_model_keeps_running(device, case):
+    if case == "div_zero_divisor":
+        model = _div_runtime()
+        good = [np.arange(8, dtype=np.int8).reshape(1, 8), np.full((1, 8), 20, np.int8)]
+        bad = [np.arange(8, dtype=np.int8).reshape(1, 8), np.array([[20, 20, -10, 20, 20, 20, 20, 20]], np.int8)]
+    else:
+        model = _unary("SQRT" if case.startswith("sqrt") else "RSQRT", (0.05, -20), (0.05, -128))
+        good = [np.array([[-20, -19, 0, 40, 127, 100, -5, 7]], np.int8)]  # the zero point itself is valid
+        bad = [np.array([[40, 40, 40, -21, 40, 40, 40, 40]], np.int8)]
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    with pytest.raises(RuntimeError, match="failed to invoke"):
+        run_litert(model, bad, reference=True)
+    with pytest.raises(DeviceError) as e:
+        run_with_link(device, bad, info)
+    assert e.value.code == INVOKE_FAILED
+    got, _ = run_with_link(device, good, info)
+    assert got[0].tobytes() == run_litert(model, good, reference=True)[0].tobytes()
+
+
+def test_cast_wraps_and_rounds_like_litert(device):
+    """int32 -> int8 wraps (static_cast), int32 -> float32 rounds to nearest even, int8 -> uint8 wraps."""
+    x32 = np.array([[300, -129, 2**31 - 1, -2**31, 16777217, -16777219, 255, 128]], np.int32)
+    x8 = np.array([[-128, -1, 0, 1, 127, -2, 64, -64]], np.int8)
+    for itype, otype, x in (("int32", "int8", x32), ("int32", "float32", x32), ("int32", "int64", x32),
+                            ("int8", "uint8", x8), ("int8", "float32", x8), ("int8", "int16", x8)):
+        model = _unary("CAST", None, None, itype, otype)
+        flash(model, device.port, link=device)
+        got, _ = run_with_link(device, [x])
+        want = run_litert(model, [x], reference=True)[0]
+        assert got[0].dtype == want.dtype and got[0].tobytes() == want.tobytes(), (itype, otype)
+
+
+def _sum(n_out):
+    b = ModelBuilder()
+    x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
+    y = b.tensor("y", (1, n_out), "int8", (0.2, 0))
+    b.op("SUM", [x, b.const("axes", np.array([1], np.int32))], [y], keep_dims=False)
+    b.output(y)
+    return b.to_bytes()
+
+
+ACCEPTED = dict(OP_MODELS, **{"sum_" + k: v for k, v in SUM_INT8.items()}, sum_4096=_sum(4096))
+REFUSED = {
+    "sum_4097": _sum(4097),
+    "cast_from_float32": _unary("CAST", None, None, "float32", "int32"),
+    "cast_to_int8_from_int16": _unary("CAST", None, None, "int16", "int8"),
+    "sqrt_float32": _unary("SQRT", None, None, "float32", "float32"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPTED))
+def test_check_predicts_commit_accepts_with_the_arena(device, name):
+    model = ACCEPTED[name]
+    assert firmware_accepts(model, "mps2-an386") == []
+    assert raw_flash(device, model)[1] == firmware_arena_bytes(model)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_check_predicts_commit_refuses(device, name):
+    model = REFUSED[name]
+    assert firmware_accepts(model, "mps2-an386") != []
+    with pytest.raises(DeviceError):
+        raw_flash(device, model)
+
+
+def test_new_op_models_bit_exact_over_more_seeds(device):
+    """A third set of scales (seed 5) and eight inputs each, against LiteRT and edgerun's interpreter."""
+    for name, model in OP_MODELS.items():
+        flash(model, device.port, link=device)
+        info = model_info(device)
+        details = make_interpreter(model, reference=True).get_input_details()
+        for seed in range(8):
+            x = random_inputs(details, seed=seed)
+            got, _ = run_with_link(device, x, info)
+            want = run_litert(model, x, reference=True)
+            host = run_edgerun(model, x)
+            for g, w, h in zip(got, want, host):
+                assert g.tobytes() == w.tobytes() == h.tobytes(), f"{name} seed {seed}"
