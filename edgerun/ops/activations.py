@@ -30,7 +30,7 @@ class ReluX(TableEval, Kernel):
             # in the last bits and moves ties, e.g. 0.05 / 0.04)
             self.mult, self.shift = quantize_multiplier(float(np.float32(s_in) / np.float32(s_out)))
             self.qlo, self.qhi = quantized_activation_range(_ACTS[ctx.name], s_out, self.zp_out)
-            self.lut = int8_table(self.exact(INT8_BY_BITS))
+            self.lut = self.unary_table = int8_table(self.exact(INT8_BY_BITS))
         return [ctx.input_shape(0)]
 
     def exact(self, x: np.ndarray) -> np.ndarray:

@@ -187,7 +187,34 @@ class _Int8Binary(TableEval, Kernel):
         table = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
         self.table = table.astype(ctx.output(0).np_dtype).ravel()  # index: (bits of a) << 8 | bits of b
         self.out_shape = broadcast_shape(ctx)
+        b = ctx.const(1)
+        if (type(self).eval is _Int8Binary.eval and b is not None and b.size
+                and tuple(ctx.input_shape(0)) == self.out_shape and (b == b.flat[0]).all()):
+            # a constant second operand: the op is a 256-entry table of the first (runtime.plan)
+            self.unary_table = self.table.reshape(256, 256)[:, int(b.flat[0].view(np.uint8))].copy()
         return [self.out_shape]
+
+    #: outputs up to this many values get a per-node index buffer in the invoke plan
+    PLAN_MAX_VALUES = 1 << 14
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: index = a << 8 | b into the node's own buffer, then one
+        ``take``; None (the ``eval`` path) for run-time checks (DIV) or large outputs."""
+        a, b = ins
+        out = outs[0]
+        if (type(self).eval is not _Int8Binary.eval or a is None or b is None or out is None
+                or out.shape != self.out_shape or not out.flags.c_contiguous
+                or out.size > self.PLAN_MAX_VALUES):
+            return None
+        index = np.empty(out.shape, np.uint16)
+        av, bv, take = a.view(np.uint8), b.view(np.uint8), self.table.take
+        shl, bor = np.left_shift, np.bitwise_or
+
+        def call():
+            shl(av, 8, out=index, dtype=np.uint16)
+            bor(index, bv, out=index)
+            take(index, None, out, "clip")
+        return call
 
     def _prepare_params(self) -> None:
         raise NotImplementedError
@@ -356,6 +383,8 @@ class _Int8Unary(TableEval, Kernel):
         self.si, self.zi = qparams(ctx.input(0))
         self.so, self.zo = qparams(ctx.output(0))
         self.lut = np.clip(self._compute(_INT8_BY_BITS), -128, 127).astype(np.int8)
+        if not self.NON_NEGATIVE:  # SQRT / RSQRT check their inputs first
+            self.unary_table = self.lut  # the invoke plan's bound lookup (runtime.plan)
         return [ctx.input_shape(0)]
 
     def _compute(self, q: np.ndarray) -> np.ndarray:

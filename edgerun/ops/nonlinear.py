@@ -88,7 +88,7 @@ class _LutKernel(TableEval, Kernel):
             s_in, zp_in = qparams(x)
             s_out, zp_out = qparams(y)
             self.check_output(s_out, zp_out)
-            self.lut = _int8_lut(s_in, zp_in, s_out, zp_out, self.lut_fn)
+            self.lut = self.unary_table = _int8_lut(s_in, zp_in, s_out, zp_out, self.lut_fn)
         return [ctx.input_shape(0)]
 
     def check_output(self, scale: float, zero_point: int) -> None:
@@ -318,7 +318,7 @@ class LeakyRelu(TableEval, Kernel):
             self.sign_alpha = -1 if m_alpha < 0 else 1
             self.mult_alpha = abs(m_alpha)
             self.mult_id, self.shift_id = quantize_multiplier(_f32_ratio(s_in, s_out))
-            self.lut = int8_table(self.exact(INT8_BY_BITS))
+            self.lut = self.unary_table = int8_table(self.exact(INT8_BY_BITS))
         return [ctx.input_shape(0)]
 
     def exact(self, x: np.ndarray) -> np.ndarray:
@@ -373,7 +373,7 @@ class Prelu(TableEval, Kernel):
             if a is not None:
                 a = np.asarray(a, np.int8)
                 if a.size and (a == a.flat[0]).all():  # one alpha value: a 256-entry table
-                    self.lut = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
+                    self.lut = self.unary_table = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
                 else:  # one 256-entry row per distinct alpha value
                     values, rows = np.unique(a, return_inverse=True)
                     self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], values[:, None])).reshape(-1)
@@ -447,7 +447,7 @@ class HardSwish(TableEval, Kernel):
             self.out_m16 = _int16_multiplier(m)
             m, self.reluish_exp = quantize_multiplier(float(_F32(hires / _F32(3.0 / 32768.0))))
             self.reluish_m16 = _int16_multiplier(m)
-            self.lut = int8_table(self.exact(INT8_BY_BITS))
+            self.lut = self.unary_table = int8_table(self.exact(INT8_BY_BITS))
         return [ctx.input_shape(0)]
 
     def eval(self, inputs):

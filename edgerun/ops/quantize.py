@@ -99,6 +99,8 @@ class Quantize(Kernel):
             y = multiply_by_quantized_multiplier(values - zp_in, mult, shift) + zp_out
             self.lut = np.clip(y, self.qmin, self.qmax).astype(self.out_dtype)
             self.bits = _BITS[src.dtype]
+            if self.bits is np.uint8:  # the invoke plan's bound lookup (runtime.plan)
+                self.unary_table = self.lut
         self.from_float = src.dtype == "float32"
         self._scratch = None
         return [shape]
@@ -163,6 +165,8 @@ class Dequantize(Kernel):
                 v = _values_by_bits(src.np_dtype) - int(q.zero_point[0])
                 self.lut = (float(q.scale[0]) * v).astype(np.float32)  # the C++ kernel multiplies in double
                 self.bits = _BITS[src.dtype]
+                if self.bits is np.uint8:
+                    self.unary_table = self.lut
         return [shape]
 
     def eval(self, inputs):

@@ -33,6 +33,16 @@ def _key(ctx, handle: np.ndarray) -> tuple[str, str]:
     return keys[idx]
 
 
+def _assign(table: dict, key, value: np.ndarray) -> None:
+    """ASSIGN_VARIABLE: the variable keeps a copy of ``value``, written in place into the array
+    it already holds when shape and dtype match (readers copy out, so nothing aliases it)."""
+    cur = table.get(key)
+    if cur is not None and cur.shape == value.shape and cur.dtype == value.dtype:
+        np.copyto(cur, value)
+    else:
+        table[key] = np.array(value, copy=True)
+
+
 @register("VAR_HANDLE", "resource", key=lambda ctx: "resource")
 class VarHandle(Kernel):
     def prepare(self):
@@ -42,6 +52,7 @@ class VarHandle(Kernel):
         if key not in keys:
             keys.append(key)
         self.handle = np.array([keys.index(key)], np.int32)
+        self.constant_outputs = [self.handle]  # the invoke plan stores it once (runtime.plan)
         return [(1,)]
 
     def eval(self, inputs):
@@ -54,9 +65,19 @@ class AssignVariable(Kernel):
         return []
 
     def eval(self, inputs):
-        table, _ = _table(self.ctx)
-        table[_key(self.ctx, inputs[0])] = np.array(inputs[1], copy=True)
+        _assign(_table(self.ctx)[0], _key(self.ctx, inputs[0]), inputs[1])
         return []
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: the handle is fixed, so the key is resolved once."""
+        handle, value = ins
+        if handle is None or value is None:
+            return None
+        table, key = _table(self.ctx)[0], _key(self.ctx, handle)
+
+        def call():
+            _assign(table, key, value)
+        return call
 
 
 @register("READ_VARIABLE", "resource")
@@ -69,8 +90,31 @@ class ReadVariable(Kernel):
         table, _ = _table(self.ctx)
         key = _key(self.ctx, inputs[0])
         if key not in table:
-            raise EdgerunError(f"node {self.ctx.index}: READ_VARIABLE of {key[1]!r} before any ASSIGN_VARIABLE")
-        return [table[key]]
+            raise self._unassigned(key)
+        return [np.array(table[key], copy=True)]  # the stored array is updated in place later
+
+    def _unassigned(self, key) -> EdgerunError:
+        return EdgerunError(f"node {self.ctx.index}: READ_VARIABLE of {key[1]!r} before any ASSIGN_VARIABLE")
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: one copy from the variable into the output view."""
+        handle, out = ins[0], outs[0]
+        if handle is None or out is None:
+            return None
+        table, _ = _table(self.ctx)
+        key, copy = _key(self.ctx, handle), np.copyto
+
+        def call():
+            try:
+                v = table[key]
+            except KeyError:
+                raise self._unassigned(key) from None
+            if v.shape != out.shape:
+                raise EdgerunError(f"READ_VARIABLE produced tensor {self.ctx.op.outputs[0]} with shape "
+                                   f"{list(v.shape)}, but allocate_tensors planned {list(out.shape)} "
+                                   "(data-dependent shapes are not supported)")
+            copy(out, v, casting="unsafe")
+        return call
 
 
 @register("CALL_ONCE", "none", key=lambda ctx: "none")

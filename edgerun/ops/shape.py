@@ -46,6 +46,22 @@ def _ints(ctx, i: int, what: str) -> list[int] | None:
     return [int(x) for x in np.asarray(v).reshape(-1)]
 
 
+def _bound_copy(src, out, shape):
+    """A zero-argument call copying the fixed array ``src`` (viewed as ``shape``) into ``out``,
+    or None when either is not a fixed buffer of that shape and dtype (runtime.plan)."""
+    if src is None or out is None or out.shape != tuple(shape) or out.dtype != src.dtype:
+        return None
+    try:
+        view = np.reshape(src, shape)
+    except ValueError:
+        return None
+    copy = np.copyto
+
+    def call():
+        copy(out, view)
+    return call
+
+
 def _axis(axis: int, rank: int, ctx, what: str = "axis") -> int:
     a = axis + rank if axis < 0 else axis
     if not 0 <= a < max(rank, 1):
@@ -61,6 +77,10 @@ class _Reshaping(Kernel):
 
     def eval(self, inputs):
         return [np.reshape(inputs[0], self.out_shape)]
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: one copy of the input, viewed in the output's shape."""
+        return _bound_copy(ins[0] if ins else None, outs[0], self.out_shape)
 
 
 @register("RESHAPE", *_SHAPE_DTYPES, "int16", "bool")
@@ -220,6 +240,41 @@ class Concatenation(BoundOutput, Kernel):
                          for r in self.rescale]
         self.out_shape = tuple(out)
         return [self.out_shape]
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: per input one copy (or one table lookup, when it is
+        rescaled or clamped) into its slice of the output view."""
+        out = outs[0]
+        if (self.scalars or out is None or out.shape != self.out_shape or any(x is None for x in ins)
+                or any(x.dtype != out.dtype for x in ins)):
+            return None
+        luts = getattr(self, "luts", None) if out.dtype == np.int8 else None
+        if luts is None and self.act != Activation.NONE:
+            return None
+        parts, start = [], 0
+        for i, x in enumerate(ins):
+            n = x.shape[self.axis]
+            dst = out[(slice(None),) * self.axis + (slice(start, start + n),)]
+            start += n
+            lut = luts[i] if luts is not None else None
+            if lut is None:
+                parts.append((np.copyto, (dst, x)))
+            elif dst.flags.c_contiguous:
+                parts.append((lut.take, (x.view(np.uint8), None, dst, "clip")))
+            else:
+                return None
+        if len(parts) == 2:
+            (f1, a1), (f2, a2) = parts
+
+            def call2():
+                f1(*a1)
+                f2(*a2)
+            return call2
+
+        def call():
+            for f, args in parts:
+                f(*args)
+        return call
 
     @staticmethod
     def _rescaled(x: np.ndarray, r) -> np.ndarray:
@@ -501,6 +556,13 @@ class StridedSlice(Kernel):
                 sl.append(slice(first, stop if stop >= 0 else None, step))
             self.slices = tuple(sl)
         return [self.out_shape]
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: one copy of the (basic-slice) view of the input."""
+        x = ins[0] if ins else None
+        if self.slices is None or x is None or not x.size or any(i is None for i in ins[1:]):
+            return None
+        return _bound_copy(np.reshape(x, self.eff_shape)[self.slices], outs[0], self.out_shape)
 
     def eval(self, inputs):
         x = np.reshape(inputs[0], self.eff_shape)

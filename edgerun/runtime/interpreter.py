@@ -20,7 +20,7 @@ import numpy as np
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model
 from edgerun.ops.registry import REGISTRY, NodeContext, OpDef, lookup, node_scratch
-from edgerun.runtime import budget, planner
+from edgerun.runtime import budget, plan, planner
 from edgerun.runtime.steps import Step
 from edgerun.schema.reader import read_model, read_model_file
 
@@ -247,38 +247,16 @@ class SubgraphRunner:
             self.values[i] = v
 
     def _compile(self) -> None:
-        """Build the invoke plan: per step its callable, its input list and its output buffers.
-
-        Arena views, constants and inputs do not move after ``_plan``, so the input list of a
-        step is built here once; only tensors rebound at run time (variables, tensors without an
-        arena buffer) are looked up per invoke. Kernels that can write their result straight into
-        the arena get their output views (``bind_outputs``) and return them, which skips the copy.
-        """
-        vals, tensors = self.values, self.graph.tensors
-        rebound = {i for i, t in enumerate(tensors) if t.is_variable or vals[i] is None}
-        plan = []
-        for st in self.steps:
-            fixed = not any(i in rebound for i in st.inputs if i >= 0)
-            ins = [vals[i] if i >= 0 else None for i in st.inputs] if fixed else None
-            dsts = [None if o in rebound else vals[o] for o in st.outputs]
-            bind = getattr(st.kernel, "bind_outputs", None)
-            if bind is not None and all(d is not None for d in dsts):
-                bind(dsts)
-            plan.append((st.fn, ins, st.inputs, tuple(zip(st.outputs, dsts)), st))
-        self.plan = plan
+        """Build the invoke plan (``runtime.plan``): one bound zero-argument call per step, or per
+        chain of 256-entry table steps composed into one, over the arena views fixed by ``_plan``."""
+        self.calls, self.call_names = plan.compile_plan(self)
 
     # -- execution -------------------------------------------------------------------------
     def run(self) -> None:
         if self.interp._profiling:
             return self._run_profiled()
-        vals = self.values
-        for fn, ins, in_idx, outs, st in self.plan:
-            res = fn(ins if ins is not None else [vals[i] if i >= 0 else None for i in in_idx])
-            for (o, dst), arr in zip(outs, res):
-                if dst is None:
-                    vals[o] = np.asarray(arr)
-                elif arr is not dst:
-                    self._store(st, o, dst, arr)
+        for call in self.calls:
+            call()
 
     def _store(self, st, o: int, dst: np.ndarray, arr) -> None:
         if type(arr) is not np.ndarray:
@@ -290,16 +268,11 @@ class SubgraphRunner:
         np.copyto(dst, arr, casting="unsafe")
 
     def _run_profiled(self) -> None:
-        vals, prof, clock = self.values, self.profile, time.perf_counter
-        for fn, ins, in_idx, outs, st in self.plan:
+        prof, clock = self.profile, time.perf_counter
+        for call, name in zip(self.calls, self.call_names):
             t0 = clock()
-            res = fn(ins if ins is not None else [vals[i] if i >= 0 else None for i in in_idx])
-            for (o, dst), arr in zip(outs, res):
-                if dst is None:
-                    vals[o] = np.asarray(arr)
-                elif arr is not dst:
-                    self._store(st, o, dst, arr)
-            prof[st.name] = prof.get(st.name, 0.0) + clock() - t0
+            call()
+            prof[name] = prof.get(name, 0.0) + clock() - t0
 
 
 def _details(model: Model, sg, runner: SubgraphRunner | None, idx: int, name: str | None = None) -> dict:

@@ -1,0 +1,152 @@
+"""The invoke plan: a subgraph's steps compiled into a flat list of zero-argument calls.
+
+``allocate_tensors`` fixes every arena view, constant and input buffer, so what a step reads and
+writes is known before the first invoke. :func:`compile_plan` turns each step into one bound
+call over those arrays; ``invoke`` is then ``for call in calls: call()``, with no per-node list
+building, dict lookups or dtype checks. A kernel takes part through three optional hooks
+(a kernel without them is wrapped around its ``eval``, which is always correct):
+
+* ``unary_table``: an array of 256 entries, set in ``prepare`` by a kernel whose output is
+  ``unary_table[x.view(uint8)]`` for its single int8/uint8 input ``x`` (RELU, LOGISTIC, QUANTIZE
+  int8 -> int8, DEQUANTIZE per tensor, ...). The step becomes one ``take`` from the table into
+  the output's arena view, and a chain of such steps (``A -> B``, where only ``B`` reads ``A``'s
+  output and nobody reads it after the invoke) is composed into one table, ``B[A]``, built here
+  once: DEQUANTIZE / QUANTIZE / activation chains cost one lookup. Composition is the same
+  function, so the outputs are bit for bit those of the separate steps.
+* ``compile(ins, outs)``: returns a zero-argument callable that does the node's work on the
+  given input arrays (None: omitted, or rebound at run time) into the given output views (None:
+  no fixed buffer), or None when the kernel cannot bind them (the ``eval`` wrapper is used).
+* ``constant_outputs``: a list of arrays computed in ``prepare`` that are the node's outputs at
+  every invoke (VAR_HANDLE's handle): they are stored once and the step leaves the plan.
+
+Profiling keeps one name per call (the op name, or ``A+B`` for a composed chain).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from edgerun.runtime.interpreter import SubgraphRunner
+    from edgerun.runtime.steps import Step
+
+
+def _table_of(st: Step, known) -> np.ndarray | None:
+    """The step's 256-entry table when its output is a lookup of input 0 (other inputs constant,
+    e.g. PRELU's single alpha)."""
+    t = getattr(st.kernel, "unary_table", None)
+    if t is None or st.fn is None or st.dtype == "delegate" or len(st.outputs) != 1:
+        return None
+    if not st.inputs or st.inputs[0] < 0 or any(i >= 0 and i not in known for i in st.inputs[1:]):
+        return None
+    return t
+
+
+def _generic(runner: SubgraphRunner, st: Step, ins, outs) -> Callable[[], None]:
+    """The step's ``eval`` with its bound inputs; results land in the output views (copied when
+    the kernel returned another array, rebound when the tensor has no fixed buffer)."""
+    fn, vals, store = st.fn, runner.values, runner._store
+    in_idx = st.inputs
+    pairs = tuple(zip(st.outputs, outs))
+    if ins is not None and len(pairs) == 1 and pairs[0][1] is not None:
+        (o, dst), = pairs
+
+        def call_one():
+            arr = fn(ins)[0]
+            if arr is not dst:
+                store(st, o, dst, arr)
+        return call_one
+
+    def call():
+        res = fn(ins if ins is not None else [vals[i] if i >= 0 else None for i in in_idx])
+        for (o, dst), arr in zip(pairs, res):
+            if dst is None:
+                vals[o] = np.asarray(arr)
+            elif arr is not dst:
+                store(st, o, dst, arr)
+    return call
+
+
+def _take(table: np.ndarray, x: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
+    """``out[...] = table[x as uint8]`` as one bound ``take``; None when the arrays do not fit."""
+    if (x.dtype.itemsize != 1 or x.shape != out.shape or out.dtype != table.dtype
+            or not out.flags.c_contiguous or table.size != 256):
+        return None
+    take, xv = table.take, x.view(np.uint8)
+
+    def call():
+        take(xv, None, out, "clip")
+    return call
+
+
+def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list[str]]:
+    """The runner's steps as (calls, names); see the module docstring."""
+    vals, tensors = runner.values, runner.graph.tensors
+    steps = runner.steps
+    for st in steps:  # outputs known from prepare on: stored once, the step leaves the plan
+        const = getattr(st.kernel, "constant_outputs", None) if st.dtype != "delegate" else None
+        if const is not None:
+            for o, v in zip(st.outputs, const):
+                vals[o] = v
+    static = {id(st) for st in steps
+              if st.dtype != "delegate" and getattr(st.kernel, "constant_outputs", None) is not None}
+    rebound = {i for i, t in enumerate(tensors) if t.is_variable or vals[i] is None}
+    known = runner.known
+    # tensors whose values must survive the invoke, and how many steps read each tensor
+    keep = set(runner.graph.outputs) | set(runner.graph.inputs)
+    readers: dict[int, int] = {}
+    for st in steps:
+        for i in st.inputs:
+            if i >= 0:
+                readers[i] = readers.get(i, 0) + 1
+    fuse = not runner.interp._preserve_all
+
+    calls: list[Callable[[], None]] = []
+    names: list[str] = []
+    k = 0
+    while k < len(steps):
+        st = steps[k]
+        k += 1
+        if id(st) in static:
+            continue
+        fixed = not any(i in rebound for i in st.inputs if i >= 0)
+        ins = [vals[i] if i >= 0 else None for i in st.inputs] if fixed else None
+        outs = [None if o in rebound else vals[o] for o in st.outputs]
+        call = None
+        table = _table_of(st, known) if fixed else None
+        if table is not None and outs[0] is not None:
+            name, last, count = st.name, st, 1
+            # compose the following table steps that alone read the previous one's output
+            while fuse and k < len(steps) and table.dtype.itemsize == 1:
+                nxt = steps[k]
+                t2 = _table_of(nxt, known)
+                mid = last.outputs[0]
+                if (t2 is None or nxt.inputs[0] != mid or readers.get(mid, 0) != 1 or mid in keep
+                        or mid in rebound or nxt.outputs[0] in rebound):
+                    break
+                table = t2[table.view(np.uint8)]
+                name = f"{name}+{nxt.name}"
+                last = nxt
+                k += 1
+                count += 1
+            out = vals[last.outputs[0]]
+            call = _take(table, ins[0], out)
+            if call is None:  # shapes or dtypes the bound take does not cover: undo the chain
+                k -= count - 1
+            else:
+                calls.append(call)
+                names.append(name)
+                continue
+        compile_hook = getattr(st.kernel, "compile", None) if st.dtype != "delegate" else None
+        if compile_hook is not None:
+            call = compile_hook(ins if ins is not None else [None] * len(st.inputs), outs)
+        if call is None:
+            bind = getattr(st.kernel, "bind_outputs", None)
+            if bind is not None and all(d is not None for d in outs):
+                bind(outs)
+            call = _generic(runner, st, ins, outs)
+        calls.append(call)
+        names.append(st.name)
+    return calls, names
