@@ -18,7 +18,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from tests.support.firmware_models import mcu_small, op_models  # noqa: E402
+from tests.support.firmware_models import mcu_small, op_models, sum_models  # noqa: E402
 
 from edgerun.deploy import protocol as P  # noqa: E402
 from edgerun.ir import ModelBuilder  # noqa: E402
@@ -35,6 +35,7 @@ def _unary(op, shape, out_shape=None, **opts) -> bytes:
 
 def models() -> dict[str, bytes]:
     out = {f"op_{k}": v for k, v in op_models(0).items()}
+    out.update({f"op_{k}": v for k, v in sum_models().items()})
     out["mcu_small"] = mcu_small(7)
     out["relu_small"] = _unary("RELU", (1, 8))
     out["hostile_pool_2e72"] = _unary("MAX_POOL_2D", (1 << 24, 1 << 24, 1 << 24, 1), padding=1, stride_w=1,

@@ -143,3 +143,66 @@ def test_new_op_models_bit_exact_over_more_seeds(device):
             host = run_edgerun(model, x)
             for g, w, h in zip(got, want, host):
                 assert g.tobytes() == w.tobytes() == h.tobytes(), f"{name} seed {seed}"
+
+
+# ---- the same kernels on the emulated Cortex-M4 / Cortex-M7 (newlib's libm, the boards' FPUs) ----
+
+def _qemu_board(target: str, machine: str, elf):
+    import subprocess
+
+    from tests.support.firmware_harness import free_port, make, wait_listening
+
+    make(target)
+    port = free_port()
+    cmd = ["qemu-system-arm", "-M", machine, "-display", "none", "-monitor", "none",
+           "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
+           "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
+    q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_listening(q, port)
+    return q, f"socket://127.0.0.1:{port}"
+
+
+def run_new_ops_on_board(url: str, seeds: int = 2) -> int:
+    """Every new-op model (SUM against its uint8 twin) and the invoke failures on the board at
+    ``url``; returns how many models ran. Shared with a private-build check (see firmware/README)."""
+    from edgerun.deploy.serial_link import SerialLink
+
+    count = 0
+    with SerialLink(url) as link:
+        link.hello()
+        for name, model in OP_MODELS.items():
+            flash(model, url, link=link)
+            details = make_interpreter(model, reference=True).get_input_details()
+            for seed in range(seeds):
+                x = random_inputs(details, seed=seed)
+                got, _ = run_with_link(link, x)
+                want = run_litert(model, x, reference=True)
+                assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+            count += 1
+        for name, model in SUM_INT8.items():
+            flash(model, url, link=link)
+            x = np.random.default_rng(7).integers(-128, 128, size=_shape(model)).astype(np.int8)
+            got, _ = run_with_link(link, [x])
+            want = run_litert(SUM_UINT8[name], [(x.astype(np.int16) + 128).astype(np.uint8)], reference=True)[0]
+            assert got[0].tobytes() == (want.astype(np.int16) - 128).astype(np.int8).tobytes(), name
+            count += 1
+        flash(_div_runtime(), url, link=link)
+        with pytest.raises(DeviceError) as e:
+            run_with_link(link, [np.zeros((1, 8), np.int8), np.full((1, 8), -10, np.int8)])
+        assert e.value.code == INVOKE_FAILED
+    return count
+
+
+@pytest.mark.parametrize("target,machine", [("mps2", "mps2-an386"), ("mps2-an500", "mps2-an500")])
+def test_new_ops_bit_exact_under_qemu(target, machine):
+    from tests.support.firmware_harness import FIRMWARE, have_arm_toolchain
+
+    if have_arm_toolchain():
+        pytest.skip(have_arm_toolchain())
+    elf = FIRMWARE / "build" / ("mps2-an386" if target == "mps2" else target) / "edgerun-fw.elf"
+    q, url = _qemu_board(target, machine, elf)
+    try:
+        assert run_new_ops_on_board(url) == len(OP_MODELS) + len(SUM_INT8)
+    finally:
+        q.kill()
+        q.wait()
