@@ -58,6 +58,71 @@ def fold_activations(g: Graph) -> int:
     return len(drop)
 
 
+#: the most inputs LiteRT's XNNPACK delegate (2.3) takes in one CONCATENATION (measured: 2-5 delegate, 6+ not)
+XNNPACK_MAX_CONCAT_INPUTS = 5
+
+
+def _upsample_factors(s: int) -> list[int] | None:
+    """``s`` as a product of factors of at most XNNPACK_MAX_CONCAT_INPUTS (largest first), or None."""
+    out = []
+    for f in range(XNNPACK_MAX_CONCAT_INPUTS, 1, -1):
+        while s % f == 0:
+            out.append(f)
+            s //= f
+    return out if s == 1 else None
+
+
+def expand_nearest_upsampling(g: Graph) -> int:
+    """Rewrite each RESIZE_NEAREST_NEIGHBOR that repeats every pixel an integer number of times
+    (align_corners and half_pixel_centers off, output = input x s per axis) into CONCATENATION of
+    the input with itself along channels + RESHAPE (width) and CONCATENATION along width + RESHAPE
+    (height); a factor above 5 becomes several such steps (8 = 4 x 2). LiteRT's XNNPACK delegate
+    (2.3) has no RESIZE_NEAREST_NEIGHBOR at all (its op visitor lists RESIZE_BILINEAR only), while
+    it takes CONCATENATION of 2-5 inputs with one shared quantization and RESHAPE: an FPN-style
+    detector then stays one XNNPACK partition. The values are copied, never computed, so the
+    result is identical in float and in int8 (the quantizer gives a value-moving op's inputs and
+    output one scale). A factor with a prime above 5 keeps the resize. Returns how many were
+    rewritten."""
+    done = 0
+    new_ops: list[Op] = []
+    for op in g.ops:
+        if op.op != "RESIZE_NEAREST_NEIGHBOR" or len(op.inputs) < 1 or len(op.outputs) != 1 \
+                or op.options.get("align_corners") or op.options.get("half_pixel_centers"):
+            new_ops.append(op)
+            continue
+        x, y = op.inputs[0], op.outputs[0]
+        xs, ys = g.tensors[x].shape, g.tensors[y].shape
+        if len(xs) != 4 or len(ys) != 4 or xs[0] != ys[0] or xs[3] != ys[3] or 0 in xs \
+                or ys[1] % xs[1] or ys[2] % xs[2] or g.tensors[x].dtype != "float32":
+            new_ops.append(op)
+            continue
+        fw, fh = _upsample_factors(ys[2] // xs[2]), _upsample_factors(ys[1] // xs[1])
+        if fw is None or fh is None or (not fw and not fh):
+            new_ops.append(op)
+            continue
+        n, h, w, c = xs
+        steps = [(2, f) for f in fw] + [(1, f) for f in fh]
+        cur = x
+        base = g.tensors[y].name
+        for k, (axis, f) in enumerate(steps):
+            if axis == 2:  # f copies side by side in channels, read back as f columns per pixel
+                cat_shape, w = (n, h, w, c * f), w * f
+            else:  # f copies of each row one after another, read back as f rows
+                cat_shape, h = (n, h, w * f, c), h * f
+            cat = g.tensor(f"{base}_rep{k}", cat_shape)
+            new_ops.append(Op("CONCATENATION", [cur] * f, [cat], {"axis": 3 if axis == 2 else 2,
+                                                                   "fused_activation_function": 0},
+                              origin=op.origin))
+            last = k == len(steps) - 1
+            out = y if last else g.tensor(f"{base}_up{k}", (n, h, w, c))
+            new_ops.append(Op("RESHAPE", [cat, g.const(f"{base}_shape{k}", np.array([n, h, w, c], np.int32))],
+                              [out], {"new_shape": [n, h, w, c]}, origin=op.origin))
+            cur = out
+        done += 1
+    g.ops = new_ops
+    return done
+
+
 @dataclass
 class T:
     """A tensor: ``data`` is set for constants."""

@@ -178,6 +178,27 @@ def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activati
     return out
 
 
+def _xnnpack_const_range(g: Graph, op: Op, k: int, lo: float, hi: float, out_p, params) -> tuple[float, float]:
+    """Widen an int8 ADD/SUB/MUL constant operand's range so LiteRT's XNNPACK delegate takes the op.
+    XNNPACK (LiteRT 2.3, measured) refuses an int8 ADD/SUB whose input scale / output scale is
+    below 2^-10, and a MUL whose input scale x input scale / output scale is below 2^-16: a tiny
+    learned bias (PP-LCNet's affine blocks add 1e-6) gets a tiny scale from its own range and the
+    op falls out of the partition. The coarser step moves the result by at most 1/1024 of an
+    output step (1/2048 for ADD / SUB)."""
+    s = (max(hi, 0.0) - min(lo, 0.0)) / 255.0
+    if op.op in ("ADD", "SUB"):
+        floor = out_p[0] * 2.0 ** -10
+    elif op.op == "MUL" and len(op.inputs) == 2 and op.inputs[1 - k] in params:
+        floor = out_p[0] * 2.0 ** -16 / params[op.inputs[1 - k]][0]
+    else:
+        return lo, hi
+    floor *= 1.01  # clear of the bound after float32 rounding of the scales
+    if s >= floor:
+        return lo, hi
+    pad = (255.0 * floor - (max(hi, 0.0) - min(lo, 0.0))) / 2.0
+    return min(lo, 0.0) - pad, max(hi, 0.0) + pad
+
+
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
                    keep_float: set[str] | frozenset = frozenset(), activations: str = "int8",
                    int16_layers: set[str] | frozenset = frozenset(), wide_softmax: bool = False) -> Graph:
@@ -406,8 +427,10 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                 ins.append(q.tensor(src.name, src.shape, dt, data=quantize_array(data, s, z, np.dtype(dt)),
                                     quant=QuantParams([s], [z])))
             else:
-                s, z = params_fn(dt)(float(data.min()) if data.size else 0.0,
-                                     float(data.max()) if data.size else 0.0)
+                lo, hi = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)
+                if dt == "int8":
+                    lo, hi = _xnnpack_const_range(g, op, k, lo, hi, out_p, params)
+                s, z = params_fn(dt)(lo, hi)
                 ins.append(q.tensor(src.name, src.shape, dt, data=quantize_array(data, s, z, np.dtype(dt)),
                                     quant=QuantParams([s], [z])))
         outs = [main_tensor(o) for o in op.outputs]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.convert.graph import Graph, fold_activations
+from edgerun.convert.graph import Graph, expand_nearest_upsampling, fold_activations
 from edgerun.errors import ConversionError, UnsupportedOpError
 from edgerun.schema.tflite import DimensionType
 
@@ -163,4 +163,5 @@ def tflite_to_graph(data: bytes) -> Graph:
                 raise ConversionError(f"tensor '{g.tensors[o].name}' is already quantized ({g.tensors[o].dtype}); "
                                       "convert the float original instead")
     fold_activations(g)
+    expand_nearest_upsampling(g)
     return g

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgerun.convert.graph import FUSABLE, Graph
+from edgerun.convert.graph import FUSABLE, Graph, expand_nearest_upsampling
 from edgerun.convert.onnx.load import default_opset, pin_shapes, probe, upgrade
 from edgerun.errors import ConversionError, UnsupportedOpError
 
@@ -430,6 +430,7 @@ def onnx_to_graph(model, input_shapes=None, input_layout: str = "NHWC") -> tuple
         io["outputs"].append((out.name, perm))
     L.g.prune()
     _collapse_reshapes(L.g)
+    expand_nearest_upsampling(L.g)  # XNNPACK has no RESIZE_NEAREST_NEIGHBOR; concat + reshape it is
     _check_float(L.g)
     return L.g, io
 

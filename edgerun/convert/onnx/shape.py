@@ -214,7 +214,11 @@ def _resize(L, n):
         if integer_up and ctm in ("half_pixel", "pytorch_half_pixel") and nearest.startswith("round"):
             # x_in = (x + 0.5) / s - 0.5 stays within 0.5 of floor(x / s): the same as asymmetric floor
             ctm, nearest = "asymmetric", "floor"
-        if (ctm, nearest) not in ok and not (integer_up and ctm == "asymmetric"):
+        if integer_up and ctm == "asymmetric" and nearest == "round_prefer_floor" and all(
+                o <= 2 * i for o, i in zip(oshape[2:], v.shape[2:])):
+            nearest = "floor"  # x / s is k or k + 0.5 at factors 1 and 2: round_prefer_floor is floor
+        # (asymmetric with other rounding at integer factors is not floor: x = 3k + 2 rounds to k + 1)
+        if (ctm, nearest) not in ok:
             raise L.unsupported(f"nearest Resize with coordinate_transformation_mode '{ctm}' and "
                                 f"nearest_mode '{nearest}'")
         ac, hp = ok.get((ctm, nearest), (False, False))
