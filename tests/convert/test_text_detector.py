@@ -243,3 +243,47 @@ def test_tiny_constant_add_stays_in_xnnpack(tmp_path):
         assert all(float(qm.main.tensors[t].quant.scale[0]) >= out_scale * 2 ** -10 for t in const)
     assert litert_xnnpack_partitions(data) == (1, 0)
     assert rep.outputs[0].sqnr_db > 30
+
+
+def _binary_model(op, const_scale, n_concat=0, concat_out_scale=0.05):
+    """x (int8, scale 0.05) OP constant -> y (scale 0.05); or CONCATENATION of n_concat copies of x."""
+    from edgerun.ir import ModelBuilder
+    b = ModelBuilder()
+    x = b.input("x", (1, 5, 6, 8), "int8", (0.05, -3))
+    if n_concat:
+        y = b.tensor("y", (1, 5, 6, 8 * n_concat), "int8", (concat_out_scale, -3))
+        b.op("CONCATENATION", [x] * n_concat, [y], axis=3, fused_activation_function=0)
+    else:
+        c = b.const("c", np.array([100], np.int8), quant=(const_scale, 0))
+        y = b.tensor("y", (1, 5, 6, 8), "int8", (0.05, -3))
+        b.op(op, [x, c], [y], fused_activation_function=0)
+    b.output(y)
+    return b.to_bytes()
+
+
+@pytest.mark.parametrize("data, taken", [
+    (_binary_model("ADD", 0.05 * 2 ** -9.9), True), (_binary_model("ADD", 0.05 * 2 ** -10.1), False),
+    (_binary_model("SUB", 0.05 * 2 ** -12), False), (_binary_model("ADD", 0.05 * 2 ** 8.1), False),
+    (_binary_model("MUL", 2 ** -15.9), True), (_binary_model("MUL", 2 ** -16.1), False),
+    (_binary_model("MUL", 2 ** 8.1), False),
+    (_binary_model(None, 0, n_concat=5), True), (_binary_model(None, 0, n_concat=6), False),
+])
+def test_edgerun_xnnpack_table_agrees_with_litert(data, taken):
+    """edgerun's XNNPACK capability table (what `edgerun check` and the converter's report count)
+    holds the limits LiteRT's XNNPACK delegate applies: scale ratios of int8 ADD / SUB / MUL and
+    at most 5 CONCATENATION inputs."""
+    from edgerun.summary import xnnpack_partitions
+    n, outside = xnnpack_partitions(read_model(data))
+    assert (n == 1 and not outside) == taken, (n, outside)
+    assert litert_xnnpack_partitions(data) == ((1, 0) if taken else (0, 1))
+
+
+def test_edgerun_refuses_concat_with_mixed_quantization():
+    """LiteRT's XNNPACK claims such a CONCATENATION and then fails to prepare it (the interpreter
+    cannot run the model at all): edgerun's partitioner keeps it outside."""
+    from edgerun.summary import xnnpack_partitions
+    data = _binary_model(None, 0, n_concat=2, concat_out_scale=0.06)
+    n, outside = xnnpack_partitions(read_model(data))
+    assert n == 0 and outside
+    with pytest.raises(RuntimeError, match="CONCATENATION"):
+        litert_xnnpack_partitions(data)
