@@ -16,6 +16,15 @@ Suites:
 * ``mediapipe``: MediaPipe float graphs (``--mediapipe-dir``, the .tflite files of the mediapipe
   wheel) vs ai-edge-quantizer.
 
+edgerun converts with float32 inputs and outputs (``--io-type``), as the peers' models have
+(ONNX Runtime's QDQ models and ai-edge-quantizer's take and give float).
+
+Task metrics on the held-back samples: top-1 agreement with the float model for classifier
+outputs (``[1, C]``), and for detectors whose output is a score map (one channel: MediaPipe's
+``[1, anchors, 1]`` scores, a text detector's ``[1, H, W, 1]`` probability map) the IoU between
+the float and the int8 model's thresholded maps (probabilities at 0.5, logits at 0, i.e. a
+sigmoid of 0.5; a model entry may give its own threshold), pooled over the samples.
+
 Every quantizer sees the same calibration samples: edgerun's own split (a seeded random 20 %
 held back, :func:`edgerun.convert.pipeline.split_samples`); the figures are measured on the
 held-back samples against the float model in its own runtime: the *worst* output's SQNR and,
@@ -49,11 +58,13 @@ sys.path.insert(0, str(ROOT))
 #: edgerun's default (per-tensor choice) and the old single-method default; ``--edgerun`` may add
 #: variants: METHOD-cle (cross-layer equalization off), METHOD+optimize (learned weight rounding)
 EDGERUN_METHODS = ("auto", "mse")
+#: edgerun's io type in every suite (``--io-type``)
+EDGERUN_IO = "float32"
 
 
 def edgerun_kw(label: str) -> dict:
     """convert() keywords for an edgerun row label such as ``auto``, ``auto-cle``, ``auto+optimize``."""
-    kw = {"calib_method": label.split("+")[0].split("-")[0]}
+    kw = {"calib_method": label.split("+")[0].split("-")[0], "io_type": EDGERUN_IO}
     if "-cle" in label:
         kw["equalize"] = False
     if "+optimize" in label:
@@ -233,7 +244,7 @@ def bench_tflite(name, float_tflite: bytes, calib_nhwc, work: Path, test=None) -
     for method in EDGERUN_METHODS:
         out = work / f"{name}_edgerun_tfl_{method}.tflite"
         t0 = time.perf_counter()
-        convert(src, out, calib=calib_nhwc, io_type="float32", use_cache=False, **edgerun_kw(method))
+        convert(src, out, calib=calib_nhwc, use_cache=False, **edgerun_kw(method))
         row("edgerun convert", method, time.perf_counter() - t0, out.read_bytes())
     try:
         from ai_edge_quantizer import quantizer, recipe
@@ -285,6 +296,44 @@ def _runner_outputs(run, xs):
     return [[o.astype(np.float64) for o in run([x[None]])] for x in xs]
 
 
+def map_outputs(ref, thresholds: dict[int, float] | None = None) -> dict[int, float]:
+    """{output index: threshold} of the score-map outputs: one channel (last dimension 1) and more
+    than one value; probabilities (float values within [0, 1]) threshold at 0.5, anything else is
+    read as logits and thresholds at 0. ``thresholds`` (a model entry's own) wins."""
+    if thresholds is not None:
+        return dict(thresholds)
+    out = {}
+    for k in range(len(ref[0])):
+        a = ref[0][k]
+        if a.ndim >= 2 and a.shape[-1] == 1 and a.size > 1:
+            vals = np.concatenate([r[k].reshape(-1) for r in ref])
+            out[k] = 0.5 if vals.min() >= 0 and vals.max() <= 1 else 0.0
+    return out
+
+
+def map_iou(ref: list[np.ndarray], got: list[np.ndarray], threshold: float) -> float | None:
+    """IoU (%) of the thresholded float and int8 maps, pooled over the samples (None when neither
+    model marks anything)."""
+    inter = union = 0
+    for r, g in zip(ref, got):
+        a, b = r.reshape(-1) > threshold, g.reshape(-1) > threshold
+        inter += int(np.sum(a & b))
+        union += int(np.sum(a | b))
+    return round(100.0 * inter / union, 2) if union else None
+
+
+def worst_map_iou(ref, got, thresholds: dict[int, float]) -> tuple[float | None, int]:
+    """(lowest IoU over the map outputs, marked elements in the float maps)."""
+    ious, marked = [], 0
+    for k, thr in thresholds.items():
+        rk = [r[k] for r in ref]
+        marked += int(sum(np.sum(a > thr) for a in rk))
+        v = map_iou(rk, [g[k].reshape(r.shape) for r, g in zip(rk, got)], thr)
+        if v is not None:
+            ious.append(v)
+    return (min(ious) if ious else None), marked
+
+
 def worst_output(ref, got) -> tuple[float, float | None]:
     """(worst output's SQNR over the samples, top-1 agreement of the first classifier output)."""
     n_out = len(ref[0])
@@ -300,7 +349,7 @@ def worst_output(ref, got) -> tuple[float, float | None]:
 
 
 def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, work: Path, extra=(),
-                       classifier: bool = True) -> list[dict]:
+                       classifier: bool = True, maps: dict[int, float] | None = None) -> list[dict]:
     """edgerun convert (auto, mse) and ai-edge-quantizer on the same calibration samples, plus
     ``extra`` ready-made int8 models [(tool, calibration, bytes)], scored on the held-back samples."""
     from edgerun.convert import convert
@@ -312,15 +361,20 @@ def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, wor
     cal_idx, held_idx, _ = split_samples(len(samples), 0.2, 200)
     cal, held = samples[cal_idx], samples[held_idx]
     ref = _runner_outputs(Int8Runner(float_tflite), held)
+    thresholds = map_outputs(ref, maps) if not classifier else {}
     rows = []
 
     def row(tool, method, seconds, data):
-        worst, agree = worst_output(ref, _runner_outputs(Int8Runner(data), held))
+        got = _runner_outputs(Int8Runner(data), held)
+        worst, agree = worst_output(ref, got)
         agree = agree if classifier else None
-        rows.append({"model": label, "tool": tool, "calibration": method,
-                     "seconds": None if seconds is None else round(seconds, 2), "sqnr_db": round(worst, 2),
-                     "top1_agreement": agree, "size_bytes": len(data), "calib_samples": len(cal),
-                     "eval_samples": len(held)})
+        r = {"model": label, "tool": tool, "calibration": method,
+             "seconds": None if seconds is None else round(seconds, 2), "sqnr_db": round(worst, 2),
+             "top1_agreement": agree, "size_bytes": len(data), "calib_samples": len(cal),
+             "eval_samples": len(held)}
+        if thresholds:
+            r["map_iou"], r["map_marked"] = worst_map_iou(ref, got, thresholds)
+        rows.append(r)
 
     for method in EDGERUN_METHODS:
         out = work / f"edgerun_{method}.tflite"
@@ -426,17 +480,21 @@ def machine() -> str:
 
 
 def markdown(rows) -> str:
-    lines = [("| model | quantizer | calibration | worst-output SQNR (dB) | top-1 agreement | "
-              "test top-1 (int8 / float) | time (s) | size (bytes) |"), "|---|---|---|---|---|---|---|---|"]
+    lines = [("| model | quantizer | calibration | worst-output SQNR (dB) | top-1 agreement | map IoU | "
+              "test top-1 (int8 / float) | time (s) | size (bytes) |"), "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['model']} | {r['tool']} | {r.get('calibration', '-')} | skipped: {r['skipped']} | | | | |")
+            lines.append(f"| {r['model']} | {r['tool']} | {r.get('calibration', '-')} | skipped: {r['skipped']} | | | | | |")
             continue
         acc = f"{r['test_accuracy']:.2f} / {r['float_test_accuracy']:.2f} %" if "test_accuracy" in r else "-"
         agree = f"{r['top1_agreement']:.1f} %" if r.get("top1_agreement") is not None else "-"
+        iou = "-"
+        if "map_iou" in r:
+            iou = (f"{r['map_iou']:.1f} % ({r['map_marked']})" if r["map_iou"] is not None
+                   else "none marked")
         t = f"{r['seconds']:.2f}" if r.get("seconds") is not None else "-"
-        lines.append(f"| {r['model']} | {r['tool']} | {r['calibration']} | {r['sqnr_db']:.2f} | {agree} | {acc} | "
-                     f"{t} | {r['size_bytes']} |")
+        lines.append(f"| {r['model']} | {r['tool']} | {r['calibration']} | {r['sqnr_db']:.2f} | {agree} | {iou} | "
+                     f"{acc} | {t} | {r['size_bytes']} |")
     return "\n".join(lines)
 
 
@@ -448,6 +506,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--edgerun", default=",".join(EDGERUN_METHODS),
                     help="edgerun rows: methods, each optionally with -cle (equalization off) or +optimize")
+    ap.add_argument("--io-type", default=EDGERUN_IO, choices=("float32", "int8"),
+                    help="edgerun's model inputs and outputs (the peers' models take and give float32)")
     ap.add_argument("--suite", default=",".join(SUITES), help="comma-separated: " + ", ".join(SUITES))
     ap.add_argument("--samples", type=int, default=100, help="samples per model (80 %% calibrate, 20 %% evaluate)")
     ap.add_argument("--mlperf-repo", type=Path, default=None, help="git directory of a mlcommons/tiny mirror")
@@ -456,6 +516,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     suites = [x.strip() for x in a.suite.split(",") if x.strip()]
     globals()["EDGERUN_METHODS"] = tuple(x.strip() for x in a.edgerun.split(",") if x.strip())
+    globals()["EDGERUN_IO"] = a.io_type
     bad = [x for x in suites if x not in SUITES]
     if bad:
         ap.error(f"unknown suite(s) {bad}: use {', '.join(SUITES)}")
@@ -478,7 +539,7 @@ def main(argv=None):
         if "mlperf" in suites:
             rows += bench_mlperf(work, a.mlperf_repo, a.samples)
         if "mediapipe" in suites:
-            rows += bench_mediapipe(work, a.mediapipe_dir, min(a.samples, 60))
+            rows += bench_mediapipe(work, a.mediapipe_dir, min(a.samples, 100))
     if a.json:
         print(json.dumps({"machine": machine(), "rows": rows}, indent=2))
     else:

@@ -174,7 +174,8 @@ def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32
         idx = [idx[int(k)] for k in np.linspace(0, len(idx) - 1, samples).round()]
     ref = make_interpreter(float_bytes, xnnpack=False)
     ref.allocate_tensors()
-    run = Int8Runner(quantize_graph(g, ranges, io_type="float32", activations=activations).to_bytes("edgerun equalize"))
+    run = Int8Runner(quantize_graph(g, ranges, io_type="float32", activations=activations,
+                                    wide_softmax=True).to_bytes("edgerun equalize"))
     err, sig = None, None
     for i in idx:
         smp = source.sample(i)

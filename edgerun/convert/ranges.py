@@ -18,7 +18,9 @@ rare large values carry the answer. ``auto`` chooses per tensor:
    one minimized. Candidates that are all but equal are tried once; a time budget bounds it.
 
 Fixed-output ops (SOFTMAX, LOGISTIC, ...) keep their spec parameters and are not simulated; the
-model inputs keep their min/max range.
+model inputs keep their min/max range. The real int8 model is scored with an output SOFTMAX in
+int16 (``quantize_graph(wide_softmax=True)``, as a float-output conversion writes it), so int8's
+1/256 output step does not drown the differences between the logits' candidate ranges.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ MIN_SEARCH_SAMPLES = 48
 #: seconds of float invokes one candidate's score may take (sets the sample count for big models)
 SCORE_SECONDS = 1.5
 SEARCH_SECONDS = 30.0
+#: passes of empirical bias correction (:func:`edgerun.convert.corrections.empirical_correction`)
+EMPIRICAL_PASSES = 3
 #: a simulated candidate must lower the error by this fraction to replace the current one (the
 #: simulation's rounding noise is not a gain)
 REFINE_GAIN = 0.01
@@ -223,7 +227,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         return max(rel) + 1e-3 * sum(rel) / len(rel)  # the worst output, then the others
 
     def real_score(rng) -> float:
-        run = Int8Runner(quantize_graph(g, rng, io_type="float32").to_bytes("edgerun range search"))
+        run = Int8Runner(quantize_graph(g, rng, io_type="float32", wide_softmax=True).to_bytes("edgerun range search"))
         err = [0.0] * len(sig)
         for smp, ref in zip(data, refs):
             for k, o in enumerate(run(smp)):
@@ -270,6 +274,22 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         else:
             corrections.apply(g, old)
             info["bias_correction"] = 0
+    # empirical bias correction: the int8 model's own mean error per layer, a pass at a time, each
+    # kept only when the real int8 model confirms it
+    info["empirical_passes"] = 0
+    for _ in range(EMPIRICAL_PASSES):
+        fixes = corrections.empirical_correction(g, best, float_bytes, source, idx)
+        if not fixes:
+            break
+        old = corrections.apply(g, fixes)
+        sc = real_score(best)
+        info.setdefault("empirical_tried_db", []).append(db(sc))
+        if sc >= best_score:
+            corrections.apply(g, old)
+            break
+        best_score = sc
+        info["empirical_passes"] += 1
+        info["empirical_db"] = db(sc)
     info["score_db"] = db(best_score)
     info["seconds"] = round(time.perf_counter() - t0, 3)
     return dict(best), info
