@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fetch MLPerf Tiny's reference models (github.com/mlcommons/tiny) into ~/.cache/edgerun/mlperf_tiny.
 
-    python tools/fetch_models.py                    # the five int8 models and the four float ones
+    python tools/fetch_models.py                    # the five int8 models, the four float ones and the
+                                                    # runner's three DUT-driver files
     python tools/fetch_models.py --int8             # only the five int8 models (what the firmware tests use)
     python tools/fetch_models.py --git DIR          # from a local git mirror of mlcommons/tiny instead
     python tools/fetch_models.py --base-url URL     # from another server laid out as the repository
@@ -59,7 +60,17 @@ FLOAT = {
     "ad01_fp32.tflite": (f"{_T}/anomaly_detection/trained_models/ad01_fp32.tflite", 1067648,
                          "c66636f4d7f8af8b10518e7be750a22c9d8d46ec97326b40b0d94c097e0aad9b"),
 }
-FILES = {**INT8, **FLOAT}
+#: the benchmark runner's device-under-test driver (Apache-2.0, run unmodified from the cache by
+#: tests/firmware/test_firmware_eembc.py to drive the firmware's EEMBC mode as the runner does)
+RUNNER = {
+    "device_under_test.py": ("benchmark/runner/device_under_test.py", 4326,
+                             "4a83c8d330ef1858693986c677445db4b410714445e623718d518cf1c358ae8e"),
+    "serial_device.py": ("benchmark/runner/serial_device.py", 4422,
+                         "dac40f7647389abc59f3e6221a60ab21e14f7be4406f69da78f51bfff93ce03c"),
+    "interface_device.py": ("benchmark/runner/interface_device.py", 88,
+                            "69057dbecc26db44ab7ee47a79fc4cae68d4d12a14d1030e72deebe52e1f46bb"),
+}
+FILES = {**INT8, **FLOAT, **RUNNER}
 TIMEOUT_S = 30.0  # per connection attempt and per read; the whole set is about 3 MB
 
 
@@ -131,7 +142,7 @@ def _from_git(repo: Path, path: str) -> bytes:
 
 def fetch(names=None, *, cache: Path | str = CACHE, base_url: str | None = None, git: Path | str | None = None,
           timeout: float = TIMEOUT_S) -> dict[str, Path]:
-    """Make sure each file of ``names`` (default: all nine) is in ``cache`` and matches its pin.
+    """Make sure each file of ``names`` (default: all of FILES) is in ``cache`` and matches its pin.
 
     Files already cached and intact are not fetched again. Others come from ``git`` (a git
     directory of mlcommons/tiny) when given, else from ``base_url`` (default: $EDGERUN_MLPERF_TINY_URL,

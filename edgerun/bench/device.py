@@ -169,16 +169,34 @@ class EembcLink:
             raise DeviceError(f"MLPerf Tiny '{cmd[:40]}'", -1, errs[0][3:-1])
         return lines
 
-    def enter(self) -> str:
-        self.link.request(P.CMD_EEMBC)
+    def enter(self, energy: bool = False, baud: int | None = None) -> str:
+        """Switch the board to the text mode: performance (m-lap-us stamps) or ``energy`` (stamps
+        are pulses on its timestamp line, for an energy monitor), at ``baud`` when given (the
+        runner's energy mode talks at the DUT's energy rate, 9600 for the reference boards; the
+        link follows once the board has acknowledged). Returns the DUT name."""
+        import struct
+
+        if energy or baud:
+            self.link.request(P.CMD_EEMBC, struct.pack("<B3xI", P.EEMBC_ENERGY if energy else P.EEMBC_PERFORMANCE,
+                                                       baud or 0))
+        else:
+            self.link.request(P.CMD_EEMBC)
+        self.entry_baud = getattr(self.link.ser, "baudrate", None)
+        if baud and self.entry_baud is not None:
+            self.link.ser.baudrate = baud
         # the greeting may have been read (and dropped) with the frame: synchronise on name%
         self.link._write(b"name%")
         lines = self._lines_until(lambda ls: ls[-1] == "m-ready" and any(x.startswith("m-name-dut-[") for x in ls))
         return next(x for x in lines if x.startswith("m-name-dut-["))[len("m-name-dut-["):-1]
 
     def leave(self) -> None:
+        """``edgerun%``: the board answers m-mode-edgerun and returns to the rate the mode was
+        entered at; so does the link."""
         self.link._write(b"edgerun%")
         self._lines_until(lambda ls: ls[-1] == "m-mode-edgerun")
+        entry = getattr(self, "entry_baud", None)
+        if entry is not None and getattr(self.link.ser, "baudrate", entry) != entry:
+            self.link.ser.baudrate = entry
 
     def load(self, raw: bytes, chunk: int = 256) -> None:
         self.command(f"db load {len(raw)}")

@@ -322,11 +322,25 @@ void er_device_handle(er_device *d, const er_frame *f) {
             reply(d, f, 0, buf, ER_PROFILE_HEADER_SIZE + count * ER_PROFILE_RECORD_SIZE);
             return;
         }
-        case ER_CMD_EEMBC:
-            if (len != 0) break;
+        case ER_CMD_EEMBC: {
+            uint32_t mode = ER_EEMBC_PERFORMANCE, baud = 0;
+            if (len != 0 && len != ER_EEMBC_REQUEST_SIZE) break;
+            if (len) {
+                mode = in[0];
+                baud = er_rd32(in + 4);
+            }
+            if (mode > ER_EEMBC_ENERGY || (baud && port_uart_set_baud(baud, 0) != 0)) {
+                reply_error(d, f, ER_ERR_BAD_INPUT,
+                            mode > ER_EEMBC_ENERGY ? "EEMBC mode: 0 (performance) or 1 (energy)"
+                                                   : "EEMBC baud rate: this UART cannot run at it");
+                return;
+            }
             reply(d, f, 0, NULL, 0);
             d->pending_eembc = 1;
+            d->ee.pending_mode = mode;
+            d->ee.pending_baud = baud;
             return;
+        }
         case ER_CMD_RESET:
             reply(d, f, 0, NULL, 0);
             d->pending_reset = 1;
@@ -358,7 +372,7 @@ static void on_frame(er_device *d, const er_frame *f) {
     if (d->tx_len) port_uart_write(d->tx, (int)d->tx_len);
     if (d->pending_eembc) {
         d->pending_eembc = 0;
-        er_eembc_enter(d);
+        er_eembc_enter(d, d->ee.pending_mode, d->ee.pending_baud);
     }
     if (d->pending_exit) port_exit(d->exit_code);
     if (d->pending_reset) port_reset();
@@ -385,8 +399,10 @@ void er_device_poll(er_device *d) {
 }
 
 void er_device_run(er_device *d) {
-#if defined(ER_EEMBC_BOOT) && ER_EEMBC_BOOT
-    er_eembc_enter(d);
+#if defined(ER_EEMBC_BOOT) && ER_EEMBC_BOOT == 2
+    er_eembc_enter(d, ER_EEMBC_ENERGY, ER_EEMBC_ENERGY_BAUD);
+#elif defined(ER_EEMBC_BOOT) && ER_EEMBC_BOOT
+    er_eembc_enter(d, ER_EEMBC_PERFORMANCE, 0);
 #endif
     for (;;) er_device_poll(d);
 }

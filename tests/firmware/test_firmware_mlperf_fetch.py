@@ -142,7 +142,7 @@ def _real_bytes(name: str) -> bytes | None:
 
 
 def test_the_real_models_match_their_pins_over_http(server, tmp_path):
-    """All nine pinned files, served from a copy at hand, fetch and verify; a copy that is not the
+    """All pinned files (models and runner), served from a copy at hand, fetch and verify; a copy that is not the
     pinned one would be refused (this is what CI does against raw.githubusercontent.com)."""
     root, url = server
     have = {n: _real_bytes(n) for n in fm.FILES}

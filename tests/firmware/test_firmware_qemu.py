@@ -217,6 +217,38 @@ def test_second_board_cortex_m7(tmp_path):
         q.wait()
 
 
+def test_eembc_energy_mode_on_cortex_m4(board):
+    """The MLPerf Tiny / EEMBC text mode on the emulated board, in energy mode at the reference
+    DUTs' 9600 baud (the CMSDK UART's BAUDDIV is reprogrammed; QEMU's TCP serial carries bytes at
+    any rate): timestamps become pulses on the FPGA LED line (no text), results still equal the
+    host's, and edgerun% brings back the framed protocol at the entry rate."""
+    import numpy as np
+
+    from edgerun.bench.device import EembcLink
+    from tests.firmware.test_firmware_eembc import _expected_line
+
+    _q, url = board
+    model = SHIPPED.read_bytes()
+    x = np.random.default_rng(17).integers(-128, 128, size=(1, 16, 16, 3), dtype=np.int8)
+    with SerialLink(url) as link:
+        link.hello()
+        flash(model, url, link=link)
+        ee = EembcLink(link, timeout=60)
+        assert ee.enter(energy=True, baud=9600) == "edgerun-mps2-an386"
+        assert ee.command("timestamp") == []
+        ee.load(x.tobytes(), chunk=26)
+        assert ee.command("infer 3 1") == ["m-warmup-start-1", "m-warmup-done", "m-infer-start-3", "m-infer-done",
+                                           _expected_line(model, x)]
+        ee.leave()
+        assert link.hello().board == "mps2-an386"
+        ee.enter()  # performance mode: m-lap-us stamps around the timed inferences
+        ee.load(x.tobytes(), chunk=31)
+        lines = ee.command("infer 2 0")
+        assert [ln[:9] for ln in lines[3:5]] == ["m-lap-us-"] * 2 and lines[-1] == _expected_line(model, x)
+        ee.leave()
+        assert link.hello().board == "mps2-an386"
+
+
 def test_exit_through_semihosting(board):
     q, url = board
     with SerialLink(url) as link:

@@ -18,6 +18,13 @@ int port_uart_read(uint8_t *buf, int max);
 void port_uart_write(const uint8_t *buf, int n);
 /* Sleep until a byte may have arrived or `ms` milliseconds passed (may return early). */
 void port_uart_wait(uint32_t ms);
+/* 0 when the UART can run at `baud` bits per second (and, when `apply`, now does, after the bytes
+ * already written have left), -1 when it cannot (the rate is kept). Optional: src/eembc.c has a
+ * weak default that accepts only ER_UART_BAUD. */
+int port_uart_set_baud(uint32_t baud, int apply);
+/* Pulse the MLPerf Tiny / EEMBC timestamp line (energy mode: the energy monitor counts its
+ * falling edges) and leave it high. Optional: the weak default in src/eembc.c does nothing. */
+void port_timestamp_pin(void);
 uint32_t port_millis(void);
 uint32_t port_micros(void);
 

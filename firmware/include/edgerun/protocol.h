@@ -59,8 +59,12 @@
 #define ER_CMD_PROFILE 0x0E     /* u32 first op -> one INVOKE timing each op: u32 elapsed us, u32 ops in
                                    the model, u32 first, u16 count, u16 0, then count records
                                    (u16 builtin op code, u16 0, u32 us) for ops first..first+count-1 */
-#define ER_CMD_EEMBC 0x0F       /* -> empty, then the UART speaks the MLPerf Tiny / EEMBC text protocol
-                                   (src/eembc.c) until its command "edgerun%" */
+#define ER_CMD_EEMBC 0x0F       /* [u8 mode, u8 0[3], u32 baud (0: keep)] or empty (performance, same
+                                   baud) -> empty, then the UART (at that baud) speaks the MLPerf Tiny /
+                                   EEMBC text protocol (src/eembc.c) until its command "edgerun%" */
+#define ER_EEMBC_REQUEST_SIZE 8
+#define ER_EEMBC_PERFORMANCE 0  /* m-lap-us timestamps on the UART */
+#define ER_EEMBC_ENERGY 1       /* timestamps are pulses on the timestamp line (port_timestamp_pin) */
 
 /* error codes (payload of an ER_FLAG_ERROR response: u16 code, UTF-8 message) */
 #define ER_OK 0

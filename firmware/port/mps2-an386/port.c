@@ -31,6 +31,7 @@
 #define SYST_CVR REG(0xE000E018u)
 #define NVIC_ISER0 REG(0xE000E100u)
 #define SCB_AIRCR REG(0xE000ED0Cu)
+#define FPGAIO_LED REG(0x40028000u) /* mps2 FPGA I/O: LED0..1 (AN386 and AN500 alike) */
 
 #define RING 16384u
 static volatile uint8_t ring[RING];
@@ -88,6 +89,29 @@ void port_uart_write(const uint8_t *buf, int n) {
 void port_uart_wait(uint32_t ms) {
     (void)ms;
     __asm volatile("wfi"); /* the next interrupt (a byte, or the 1 ms tick) wakes us */
+}
+
+/* CMSDK UART: baud = clock / BAUDDIV, with BAUDDIV from 16 to 2^20 - 1 */
+int port_uart_set_baud(uint32_t baud, int apply) {
+    if (baud == 0) return -1;
+    uint32_t div = MPS2_SYSCLK_HZ / baud;
+    if (div < 16u || div > 0xFFFFFu) return -1;
+    if (apply) {
+        while (UART_STATE & STATE_TXFULL) {
+        }
+        UART_BAUDDIV = div;
+    }
+    return 0;
+}
+
+/* the timestamp line is the FPGA I/O block's LED0 (the board's user LED): held high, pulled low
+ * for about 100 us per stamp as the reference DUTs do with their GPIO */
+void port_timestamp_pin(void) {
+    FPGAIO_LED &= ~1u;
+    uint32_t t0 = port_micros();
+    while (port_micros() - t0 < 100u) {
+    }
+    FPGAIO_LED |= 1u;
 }
 
 uint32_t port_millis(void) { return ticks_ms; }

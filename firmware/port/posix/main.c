@@ -77,6 +77,32 @@ void port_uart_wait(uint32_t ms) {
     poll(&p, 1, (int)ms);
 }
 
+/* The UART rates a pty takes (termios); over TCP there is no rate, but the same ones are accepted. */
+static const struct {
+    uint32_t baud;
+    speed_t speed;
+} rates[] = {{1200, B1200},     {2400, B2400},     {4800, B4800},     {9600, B9600},
+             {19200, B19200},   {38400, B38400},   {57600, B57600},   {115200, B115200},
+             {230400, B230400}, {460800, B460800}, {921600, B921600}, {1000000, B1000000}};
+
+int port_uart_set_baud(uint32_t baud, int apply) {
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        if (rates[i].baud != baud) continue;
+        struct termios t;
+        if (apply && isatty(uart_fd) && tcgetattr(uart_fd, &t) == 0) {
+            tcdrain(uart_fd);
+            cfsetispeed(&t, rates[i].speed);
+            cfsetospeed(&t, rates[i].speed);
+            if (tcsetattr(uart_fd, TCSANOW, &t) != 0) return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* no GPIO here: the pulse goes to the log, where the tests count it */
+void port_timestamp_pin(void) { fprintf(stderr, "edgerun-fw: timestamp pulse\n"); }
+
 static uint64_t now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
