@@ -252,6 +252,43 @@ class Softmax(Kernel):
         return [out.astype(self.out_dtype)]
 
 
+    #: rows up to this many values run on Python ints in the invoke plan (numpy's per-call cost
+    #: is larger than the arithmetic there)
+    PLAN_MAX_ROW = 128
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call for one short int8 row: the same fixed-point steps as
+        ``eval`` on Python ints (tables as lists, the reciprocal cached per row sum)."""
+        x, out = ins[0], outs[0]
+        if (x is None or out is None or x.dtype != np.int8 or self.rows != 1
+                or x.size > self.PLAN_MAX_ROW or out.shape != x.shape):
+            return None
+        exp_list, sum_list = self.exp_table.tolist(), self.sum_table.tolist()
+        qmin, qmax, exp_offset = self.qmin, self.qmax, self.exp_offset
+        flat, dst = x.reshape(-1), out.reshape(-1)
+        recips: dict[int, tuple[int, int]] = {}
+
+        def call():
+            xs = flat.tolist()
+            m = max(xs)
+            total = 0
+            for v in xs:
+                total += sum_list[m - v]
+            total = ((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)  # the int32 accumulator
+            r = recips.get(total)
+            if r is None:
+                if len(recips) > 4096:
+                    recips.clear()
+                r = recips[total] = get_reciprocal_scalar(total, _ACCUM_BITS)
+            recip, bits_over_unit = r
+            e = bits_over_unit + exp_offset
+            # SRDHM then RoundingDivideByPOT on non-negative values, merged into one shift (exact
+            # on Python ints whatever the exponent; see eval)
+            add, sh = (1 << 30) + (((1 << e) >> 1) << 31), 31 + e
+            dst[:] = [min(((exp_list[m - v] * recip + add) >> sh) + qmin, qmax) for v in xs]
+        return call
+
+
 @register("LOG_SOFTMAX", "float32", "int8")
 class LogSoftmax(Kernel):
     """y = x - max - log(sum(exp(x - max))) over the last axis; int8 output scale 16/256, zero point 127."""

@@ -154,6 +154,37 @@ class Pool2D(Kernel):
             return y
         return apply_float_activation(y, self.act).astype(np.float32, copy=False)
 
+    #: global int8 averages over at most this many values per window take the table path
+    PLAN_MAX_COUNT = 1 << 10
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call for a global int8 AVERAGE_POOL_2D: one int32 sum per
+        channel, then the rounding division and clamp as one lookup in a table over every
+        possible sum (built in compile from ``_finish_int8_average`` itself)."""
+        x, out = ins[0], outs[0]
+        count = getattr(self, "count", None)
+        if (x is None or out is None or not self.is_global or self.is_max or not self.int8
+                or not isinstance(count, int) or count > self.PLAN_MAX_COUNT
+                or not x.flags.c_contiguous or not out.flags.c_contiguous):
+            return None
+        n, h, w, c = x.shape
+        if count != h * w:
+            return None
+        sums = np.arange(-128 * count, 127 * count + 1, dtype=np.int32)
+        table = self._finish_int8_average(sums.copy())
+        if n != 1:
+            return None
+        x2 = x.reshape(h * w, c)  # numpy reduces the leading axis of a 2-D array fastest
+        acc = np.empty(c, np.int32)
+        out2 = out.reshape(c)
+        reduce, add, take, offset = np.add.reduce, np.add, table.take, np.int32(128 * count)
+
+        def call():
+            reduce(x2, 0, np.int32, acc)
+            add(acc, offset, out=acc)
+            take(acc, None, out2, "clip")
+        return call
+
     def _windows(self, xp: np.ndarray) -> np.ndarray:
         win = sliding_window_view(xp, (self.fh, self.fw), axis=(1, 2))
         return win[:, ::self.sh, ::self.sw][:, :self.oh, :self.ow]  # (n, oh, ow, c, fh, fw)

@@ -127,7 +127,7 @@ def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list
                         or mid in rebound or nxt.outputs[0] in rebound):
                     break
                 table = t2[table.view(np.uint8)]
-                name = f"{name}+{nxt.name}"
+                name = f"{name}+{nxt.name}" if count < 4 else f"{st.name}+...+{nxt.name} ({count + 1} ops)"
                 last = nxt
                 k += 1
                 count += 1
