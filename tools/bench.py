@@ -24,7 +24,10 @@ The corpus (models missing on this machine are left out of the tables):
 * the MLPerf Tiny reference int8 models (github.com/mlcommons/tiny,
   benchmark/training/*/trained_models/), copied into ~/.cache/edgerun/mlperf_tiny/;
 * microWakeWord streaming models from the ``pymicro-wakeword`` wheel;
-* MobileNet-v1 1.0/224 int8 built in code (``edgerun.testing.mobilenet_v1``).
+* MobileNet-v1 1.0/224 int8 built in code (``edgerun.testing.mobilenet_v1``);
+* PaddleOCR's PP-OCRv4 text detector (DBNet-style, from the ``rapidocr-onnxruntime`` wheel,
+  ``tools/text_detector.py``) converted by ``edgerun convert`` at 320 x 320: int8 (minmax on
+  synthetic document pages) and --float.
 
 Ratio = edgerun median / LiteRT median (lower is better); the geometric means are per group.
 ``--xnnpack-delegate`` adds a fourth worker, ``edgerun.Interpreter(delegates=["xnnpack"])``, and a
@@ -87,6 +90,39 @@ def _converted(name: str) -> Path | None:
     return dst
 
 
+#: PaddleOCR's PP-OCRv4 text detector (tools/text_detector.py), converted at this input size
+TEXT_DET_SIZE = 320
+
+
+def _text_detector(float_only: bool = False) -> Path | None:
+    """The PP-OCRv4 det model (rapidocr-onnxruntime wheel) converted by ``edgerun convert`` at
+    320 x 320: int8 (minmax on 24 synthetic document pages, as the MediaPipe graphs) or --float."""
+    dst = INT8_DIR / ("ppocr_det.float.tflite" if float_only else "ppocr_det.int8.tflite")
+    if dst.exists():
+        return dst
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from tools.text_detector import detector_path, document_images
+    try:
+        src = detector_path()
+    except RuntimeError as e:
+        print(f"text detector: {e}", file=sys.stderr)
+        return None
+    INT8_DIR.mkdir(parents=True, exist_ok=True)
+    calib = INT8_DIR / "ppocr_det_calib.npz"
+    if not calib.exists():
+        np.savez(calib, x=document_images(24, TEXT_DET_SIZE, TEXT_DET_SIZE))
+    cmd = [sys.executable, "-m", "edgerun", "convert", str(src), "-o", str(dst),
+           "--input-shape", f"1,3,{TEXT_DET_SIZE},{TEXT_DET_SIZE}"]
+    cmd += ["--float"] if float_only else ["--calib", str(calib), "--calib-method", "minmax"]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0 or not dst.exists():
+        print(f"convert text detector: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return dst
+
+
 def corpus(with_float: bool = True) -> list[tuple[str, str, str]]:
     """(group, name, model path or builder spec); the spec ``mobilenet:ALPHA:SIZE`` is built in code."""
     out = []
@@ -102,6 +138,12 @@ def corpus(with_float: bool = True) -> list[tuple[str, str, str]]:
     for p in sorted(WAKEWORD.glob("*.tflite"))[:2]:
         out.append(("microwakeword", f"microWakeWord {p.stem}", str(p)))
     out.append(("mobilenet", "mobilenet_v1 1.0/224 int8 (built in code)", "mobilenet:1.0:224"))
+    p = _text_detector()
+    if p is not None:
+        out.append(("text detector", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} int8 (PP-OCRv4 det)", str(p)))
+    p = _text_detector(float_only=True) if with_float else None
+    if p is not None:
+        out.append(("text detector float", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} float", str(p)))
     return out
 
 

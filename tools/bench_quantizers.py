@@ -5,7 +5,9 @@
 
 Suites:
 
-* ``onnx``: the shipped digits CNN and a MobileNet-style block vs ONNX Runtime ``quantize_static``
+* ``onnx``: the shipped digits CNN, a MobileNet-style block and PaddleOCR's PP-OCRv4 text
+  detector (``tools/text_detector.py``: the rapidocr-onnxruntime wheel's model at 320 x 320,
+  synthetic document pages, at most 40, DBNet's map threshold 0.3) vs ONNX Runtime ``quantize_static``
   (QDQ, per-channel int8 weights, int8 activations; MinMax, Entropy and Percentile calibration).
 * ``tflite``: the digits model's float TFLite vs ai-edge-quantizer (``static_wi8_ai8``).
 * ``mlperf``: the MLPerf Tiny float reference models (mlcommons/tiny,
@@ -532,6 +534,9 @@ def main(argv=None):
             rows += bench_onnx("digits_cnn", onnx.load(str(ROOT / "models" / "digits_cnn.onnx")), calib, work, test)
             mb_calib = np.random.default_rng(0).uniform(-1, 1, (a.samples, 3, 32, 32)).astype(np.float32)
             rows += bench_onnx("mobilenet_block", mobilenet_block(), mb_calib, work)
+            # PP-OCRv4 text detector (rapidocr-onnxruntime wheel) on synthetic pages, + map IoU at 0.3
+            from tools.text_detector import quantizer_rows
+            rows += quantizer_rows(sys.modules[__name__], work, min(a.samples, 40))
         if "tflite" in suites:
             convert(ROOT / "models" / "digits_cnn.onnx", work / "digits_float.tflite", float_only=True)
             rows += bench_tflite("digits_cnn", (work / "digits_float.tflite").read_bytes(),

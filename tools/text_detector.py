@@ -98,3 +98,45 @@ def map_iou(ref: np.ndarray, got: np.ndarray, threshold: float = THRESHOLD) -> f
     a, b = np.asarray(ref).reshape(-1) > threshold, np.asarray(got).reshape(-1) > threshold
     union = int(np.sum(a | b))
     return float(np.sum(a & b)) / union if union else 1.0
+
+
+def static_model(size: int = 320):
+    """The detector as an ONNX ModelProto with its input pinned to ``[1, 3, size, size]`` (the
+    wheel's has dynamic batch, height and width)."""
+    import onnx
+
+    m = onnx.load(str(detector_path()))
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    for d, v in zip(dims, (1, 3, size, size)):
+        d.ClearField("dim_param")
+        d.dim_value = v
+    return m
+
+
+def quantizer_rows(bq, work: Path, samples: int = 40, size: int = 320) -> list[dict]:
+    """tools/bench_quantizers.py's onnx-suite rows for the detector (edgerun vs ONNX Runtime
+    quantize_static, same calibration pages, scored on the held-back pages), each with DBNet's
+    task metric added: ``map_iou`` (%, the thresholded maps pooled over the held-back pages) and
+    ``map_marked`` (elements above :data:`THRESHOLD` in the float maps). ``bq`` is the
+    bench_quantizers module; a skipped row (with the reason) when the wheel cannot be fetched."""
+    try:
+        model = static_model(size)
+    except RuntimeError as e:
+        return [{"model": "ppocr_det", "tool": "-", "skipped": str(e)}]
+    name = "ppocr_det"
+    pages = document_images(samples, size, size)
+    rows = bq.bench_onnx(name, model, pages, work)
+    _, held_idx, _ = bq.split_samples(len(pages), 0.2, 200)
+    held = pages[held_idx]
+    ref = bq.run_ort(work / f"{name}.onnx", held)
+    for r in rows:
+        if r["tool"].startswith("edgerun"):
+            got = bq.run_tflite((work / f"{name}_edgerun_{r['calibration']}.tflite").read_bytes(), held)
+        else:
+            got = bq.run_ort(work / f"{name}_ort_{r['calibration']}.onnx", held)
+        got = [np.asarray(g, np.float64).reshape(a.shape) for g, a in zip(got, ref)]
+        a = np.concatenate([x.reshape(-1) for x in ref]) > THRESHOLD
+        b = np.concatenate([x.reshape(-1) for x in got]) > THRESHOLD
+        r["map_iou"] = round(100.0 * float(np.sum(a & b)) / max(int(np.sum(a | b)), 1), 2)
+        r["map_marked"] = int(np.sum(a))
+    return rows
