@@ -318,8 +318,11 @@ static int prep_mean(er_model *m, er_node *n, char *err, size_t errlen) {
     return ER_OK;
 }
 
+static int prep_softmax16(er_model *m, er_node *n, char *err, size_t errlen);
+
 static int prep_softmax(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (in->type == ER_TYPE_INT16) return prep_softmax16(m, n, err, errlen);
     if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
     if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
     n->ftable = pool_alloc(256 * sizeof(float));
@@ -351,6 +354,13 @@ static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
             er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
             return ER_OK;
         }
+        if ((in->type == ER_TYPE_INT16 || out->type == ER_TYPE_INT16) && in->scales.n == 1 && out->scales.n == 1) {
+            /* int8 <-> int16 requantize (LiteRT: int16 -> int16 only with zero points 0) */
+            if (in->type == ER_TYPE_INT16 && out->type == ER_TYPE_INT16 && (in->zp || out->zp))
+                FAIL("int16 -> int16 requantization needs zero points 0");
+            er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
+            return ER_OK;
+        }
         if (!is_i8(out) || out->scales.n != 1) UNSUP("output must be per-tensor int8");
         if (in->type == ER_TYPE_FLOAT32) return ER_OK;
         if (is_i8(in)) {
@@ -358,6 +368,10 @@ static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
             return ER_OK;
         }
         UNSUP("input type %u", (unsigned)in->type);
+    }
+    if (in->type == ER_TYPE_INT16 && in->scales.n == 1 && out->type == ER_TYPE_FLOAT32) {
+        if (in->zp != 0) FAIL("int16 dequantization needs zero point 0");
+        return ER_OK;
     }
     if (!is_i8(in) || in->scales.n != 1 || out->type != ER_TYPE_FLOAT32) UNSUP("only int8 -> float32");
     return ER_OK;
@@ -705,6 +719,78 @@ static int prep_cast_shape(er_model *m, er_node *n, char *err, size_t errlen) {
     }
     if (in->count != out->count) FAIL("shape mismatch");
     return ER_OK;
+}
+
+/* ---- int16 SOFTMAX (reference_ops::SoftmaxInt16): exp(x - max) and 1 / (1 + x) from TFLite's
+ * 513-entry int16 interpolation tables (gen_lut, built in double), output scale 1/32768 -------- */
+static double rnd_away(double v) { return v < 0 ? -floor(-v + 0.5) : floor(v + 0.5); }
+static double lut_fn(int recip, double x) { return recip ? 1.0 / (1.0 + x) : exp(x); }
+static void int16_lut(int recip, double lo, double hi, int16_t *lut) {
+    const double step = (hi - lo) / 512.0, half = step / 2.0, k = 32768.0;
+    for (int i = 0; i < 512; i++) {
+        const double x = lo + (double)i * step;
+        const double val = lut_fn(recip, x), mid_v = lut_fn(recip, x + half), next = lut_fn(recip, lo + (double)(i + 1) * step);
+        const double sample = rnd_away(val * k);
+        const double interp = rnd_away((next * k + rnd_away(val * k)) / 2.0);
+        const double bias = rnd_away((interp - rnd_away(mid_v * k)) / 2.0);
+        const double v = sample - bias;
+        lut[i] = (int16_t)(v > 32767.0 ? 32767 : (v < -32768.0 ? -32768 : (int32_t)v));
+    }
+    const double last = rnd_away(lut_fn(recip, hi) * k);
+    lut[512] = (int16_t)(last > 32767.0 ? 32767 : (last < -32768.0 ? -32768 : (int32_t)last));
+}
+static int32_t lut16(int32_t v, const int16_t *lut) {
+    const int32_t idx = 256 + (v >> 7), off = v & 0x7f, base = lut[idx], slope = lut[idx + 1] - base;
+    return base + ((slope * off + 64) >> 7);
+}
+
+static int prep_softmax16(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (out->type != ER_TYPE_INT16 || in->scales.n != 1 || out->scales.n != 1) UNSUP("int16 SOFTMAX writes per-tensor int16");
+    if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
+    if (in->dims[in->ndim - 1] > 65536) UNSUP("int16 SOFTMAX rows longer than 65536 (the int32 sum of exponentials)");
+    if (in->zp != 0 || out->zp != 0) FAIL("int16 SOFTMAX needs zero points 0");
+    if (fabs((double)out->scale - 1.0 / 32768.0) > 1e-12) FAIL("int16 SOFTMAX output scale must be 1/32768");
+    er_quantize_multiplier((double)in->scale * (double)n->beta / (10.0 / 65535.0), &n->mult, &n->shift);
+    int16_t *t = pool_alloc(2 * 513 * sizeof(int16_t));
+    if (!t) FAIL("out of prepare memory");
+    int16_lut(0, -10.0, 0.0, t);
+    int16_lut(1, 0.0, 1.0, t + 513);
+    n->view = t; /* (view is otherwise used by the data-movement ops only) */
+    return ER_OK;
+}
+
+static int32_t exp16_at(const uint8_t *x, int32_t j, int32_t mx, const er_node *n, const int16_t *exp_lut) {
+    int16_t v;
+    memcpy(&v, x + 2 * (size_t)j, 2);
+    return lut16(clampi(wadd(er_mbqm((int32_t)v - mx, n->mult, n->shift), 32767), -32768, 32767), exp_lut);
+}
+
+static void eval_softmax16(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0);
+    const int16_t *exp_lut = (const int16_t *)n->view, *recip_lut = exp_lut + 513;
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t depth = in->dims[in->ndim - 1];
+    if (depth <= 0) return;
+    const uint32_t rows = in->count / (uint32_t)depth;
+    for (uint32_t r = 0; r < rows; r++, x += 2 * (size_t)depth, y += 2 * (size_t)depth) {
+        int32_t mx = -32768;
+        int64_t total = 0;
+        for (int32_t j = 0; j < depth; j++) { int16_t v; memcpy(&v, x + 2 * j, 2); if (v > mx) mx = v; }
+        for (int32_t j = 0; j < depth; j++) total += exp16_at(x, j, mx, n, exp_lut);
+        int32_t log2t = 0; /* headroom = CountLeadingZeros of the (uint32) sum */
+        while (total >> (log2t + 1)) log2t++;
+        const int32_t headroom = 31 - log2t, right = 31 - headroom;
+        const int64_t shifted = ((total << (headroom - 1)) + (1 << 13)) >> 14;
+        const int64_t ss = shifted - ((1 << 15) + (1 << 16));
+        const int32_t recip = lut16((int32_t)(ss > 32767 ? 32767 : (ss < -32768 ? -32768 : ss)), recip_lut);
+        for (int32_t j = 0; j < depth; j++) {
+            const int64_t o = ((int64_t)exp16_at(x, j, mx, n, exp_lut) * recip + ((int64_t)1 << (right - 1))) >> right;
+            const int16_t q = (int16_t)(o < 0 ? 0 : (o > 32767 ? 32767 : o));
+            memcpy(y + 2 * j, &q, 2);
+        }
+    }
 }
 
 /* ---- data movement as a strided view: out[i0..ik] = in[off + sum(i_d * stride_d)] --------- */
@@ -1578,9 +1664,20 @@ static void eval_quantize(er_model *m, er_node *n) {
     uint8_t *src = er_model_tensor_data(m, n->in[0]);
     uint8_t *dst = er_model_tensor_data(m, n->out);
     for (uint32_t i = 0; i < in->count; i++) {
+        int16_t w16 = 0;
+        if (in->type == ER_TYPE_INT16) memcpy(&w16, src + 2 * (size_t)i, 2);
+        const int32_t qin = in->type == ER_TYPE_INT16 ? w16 : (int32_t)(int8_t)src[i];
         if (n->op == 6) { /* DEQUANTIZE: (float)(double scale * (q - zp)) */
-            const float v = (float)((double)in->scale * (double)((int32_t)((int8_t)src[i]) - in->zp));
+            const float v = (float)((double)in->scale * (double)(qin - in->zp));
             memcpy(dst + 4 * i, &v, 4);
+        } else if (in->type == ER_TYPE_INT16 || out->type == ER_TYPE_INT16) { /* int8 <-> int16 */
+            const int32_t q = wadd(er_mbqm(qin - in->zp, n->mult, n->shift), out->zp);
+            if (out->type == ER_TYPE_INT16) {
+                const int16_t o = (int16_t)clampi(q, -32768, 32767);
+                memcpy(dst + 2 * (size_t)i, &o, 2);
+            } else {
+                dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
+            }
         } else if (in->type == ER_TYPE_FLOAT32) {
             float v;
             memcpy(&v, src + 4 * i, 4);
@@ -1904,7 +2001,10 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 100: eval_mirror_pad(m, n); return 0;
         case 49: case 83: case 88: case 102: eval_pieces(m, n); return 0;
         case 40: return eval_mean(m, n);
-        case 25: eval_softmax(m, n); return 0;
+        case 25:
+            if (tin(m, n, 0)->type == ER_TYPE_INT16) eval_softmax16(m, n);
+            else eval_softmax(m, n);
+            return 0;
         case 19: case 20: case 21: eval_relu(m, n); return 0;
         case 114: case 6: eval_quantize(m, n); return 0;
         case 22: case 43: case 70:

@@ -18,7 +18,7 @@ from tests.support.firmware_models import op_models, sum_models
 
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
-NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape")
+NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16")
 OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS)}
 SUM_INT8, SUM_UINT8 = sum_models("int8"), sum_models("uint8")
 INVOKE_FAILED = 15  # ER_ERR_INVOKE_FAILED
@@ -97,6 +97,52 @@ def test_cast_wraps_and_rounds_like_litert(device):
         assert got[0].dtype == want.dtype and got[0].tobytes() == want.tobytes(), (itype, otype)
 
 
+def test_int16_softmax_over_the_whole_int16_range(device):
+    """int16 SOFTMAX on inputs across [-32768, 32767] (random_inputs stays within int8's range)."""
+    model = op_models(5)["softmax16_int16_input"]
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    rng = np.random.default_rng(11)
+    for k in range(6):
+        x = rng.integers(-32768, 32768, size=(2, 37)).astype(np.int16)
+        if k == 5:
+            x[:] = 32767  # all tied at the maximum
+        got, _ = run_with_link(device, [x], info)
+        want = run_litert(model, [x], reference=True)[0]
+        assert got[0].tobytes() == want.tobytes() == run_edgerun(model, [x])[0].tobytes(), k
+
+
+def test_converted_float_output_classifier_with_int16_softmax(device, tmp_path):
+    """models/digits_cnn.onnx through `edgerun convert --io-type float32` (no target): its head is
+    QUANTIZE int8->int16, SOFTMAX int16, DEQUANTIZE; predicted, flashed and byte-identical."""
+    from pathlib import Path
+
+    from edgerun.convert.pipeline import convert
+    from edgerun.errors import EdgerunError
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "digits16.tflite"
+    try:
+        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
+                io_type="float32", calib_method="minmax", use_cache=False)
+    except EdgerunError as e:
+        pytest.skip(f"converter cannot produce the model here: {e}")
+    model = out.read_bytes()
+    from edgerun.schema.reader import read_model
+
+    m = read_model(model)
+    assert "int16" in {t.dtype for t in m.subgraphs[0].tensors}
+    assert firmware_accepts(model, "mps2-an386") == []
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    assert info.arena_bytes == firmware_arena_bytes(model)
+    details = make_interpreter(model, reference=True).get_input_details()
+    for seed in range(3):
+        x = random_inputs(details, seed=seed)
+        got, _ = run_with_link(device, x, info)
+        assert got[0].tobytes() == run_litert(model, x, reference=True)[0].tobytes()
+
+
 def _sum(n_out):
     b = ModelBuilder()
     x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
@@ -112,6 +158,7 @@ REFUSED = {
     "cast_from_float32": _unary("CAST", None, None, "float32", "int32"),
     "cast_to_int8_from_int16": _unary("CAST", None, None, "int16", "int8"),
     "sqrt_float32": _unary("SQRT", None, None, "float32", "float32"),
+    "quantize_float32_int16": _unary("QUANTIZE", None, (0.01, 0), "float32", "int16"),
 }
 
 

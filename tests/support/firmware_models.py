@@ -429,6 +429,28 @@ def _coverage_models(rng) -> dict[str, bytes]:
                    ("uint8", "int8"), ("uint8", "int32"), ("uint8", "float32"), ("int32", "int8"),
                    ("int32", "int64"), ("int32", "float32")):
         unary(f"cast_{it}_{ot}", "CAST", (3, 7), None, None, itype=it, otype=ot)
+    # int16 activations as edgerun convert writes a float-output classifier's head (no target, cpu,
+    # rpi): int8 logits -> int16, SOFTMAX in int16 (step 1/32768), DEQUANTIZE
+    for name, (shape, qx, q16, beta) in {"softmax16_head": ((1, 10), (0.1, 3), (0.004, 0), 1.0),
+                                         "softmax16_rows_beta": ((3, 40), (0.05, -7), (0.0015, 0), 0.7)}.items():
+        b = ModelBuilder()
+        x = b.input("x", shape, "int8", qx)
+        h = b.tensor("h", shape, "int16", q16)
+        b.op("QUANTIZE", [x], [h])
+        p = b.tensor("p", shape, "int16", (1.0 / 32768, 0))
+        b.op("SOFTMAX", [h], [p], beta=beta)
+        f = b.tensor("f", shape, "float32")
+        b.op("DEQUANTIZE", [p], [f])
+        back = b.tensor("back", shape, "int8", (0.004, -128))
+        b.op("QUANTIZE", [p], [back])
+        b.output(f, p, back)
+        models[name] = b.to_bytes()
+    b = ModelBuilder()
+    x = b.input("x", (2, 37), "int16", (0.002, 0))
+    p = b.tensor("p", (2, 37), "int16", (1.0 / 32768, 0))
+    b.op("SOFTMAX", [x], [p])
+    b.output(p)
+    models["softmax16_int16_input"] = b.to_bytes()
     for it in ("int8", "float32"):
         for ot in ("int32", "int64"):
             b = ModelBuilder()
