@@ -36,7 +36,7 @@ def softmax_io(model: bytes) -> tuple[str, str, str]:
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     d = tmp_path_factory.mktemp("softmax16")
-    kw = dict(calib=CALIB, calib_method="mse", use_cache=False)
+    kw = {"calib": CALIB, "calib_method": "mse", "use_cache": False}
     return d, {
         "wide": convert(MODEL, d / "wide.tflite", io_type="float32", **kw),
         "int8io": convert(MODEL, d / "int8io.tflite", **kw),
