@@ -1,0 +1,287 @@
+"""The compiled invoke plan (edgerun/runtime/plan.py): bound calls, composed table chains and the
+plan-only kernel paths give exactly what LiteRT's reference kernels give, and exactly what the
+unfused steps give (``experimental_preserve_all_tensors`` keeps every step on its own)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgerun import EdgerunError, Interpreter
+from edgerun.ir import ModelBuilder, Subgraph
+from edgerun.litert import make_interpreter
+
+ALL_INT8 = np.arange(-128, 128, dtype=np.int8)
+
+
+def _run(data: bytes, inputs: list[np.ndarray], **kw) -> list[np.ndarray]:
+    it = Interpreter(model_content=data, **kw)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def _litert(data: bytes, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    lt = make_interpreter(data, reference=True)
+    lt.allocate_tensors()
+    for d, x in zip(lt.get_input_details(), inputs):
+        lt.set_tensor(d["index"], x)
+    lt.invoke()
+    return [lt.get_tensor(d["index"]) for d in lt.get_output_details()]
+
+
+def _names(data: bytes, **kw) -> list[str]:
+    it = Interpreter(model_content=data, **kw)
+    it.allocate_tensors()
+    return list(it._runner(0).call_names)
+
+
+def _table_chain(branch: bool = False) -> bytes:
+    """x -> RELU (rescaled) -> LOGISTIC -> QUANTIZE int8 -> int8 (another scale) -> y; with
+    ``branch`` the RELU output is also a model output, so it must stay written."""
+    b = ModelBuilder()
+    x = b.input("x", (4, 64), "int8", (0.07, 3))
+    r = b.tensor("r", (4, 64), "int8", (0.05, -128))
+    s = b.tensor("s", (4, 64), "int8", (1 / 256, -128))
+    y = b.tensor("y", (4, 64), "int8", (0.0061, -7))
+    b.op("RELU", [x], [r])
+    b.op("LOGISTIC", [r], [s])
+    b.op("QUANTIZE", [s], [y])
+    b.output(*([y, r] if branch else [y]))
+    return b.to_bytes()
+
+
+def test_table_chain_composes_into_one_lookup_bit_exact():
+    data = _table_chain()
+    assert _names(data) == ["RELU+LOGISTIC+QUANTIZE"]
+    assert _names(data, experimental_preserve_all_tensors=True) == ["RELU", "LOGISTIC", "QUANTIZE"]
+    x = ALL_INT8.reshape(4, 64)
+    got = _run(data, [x])[0]
+    np.testing.assert_array_equal(got, _litert(data, [x])[0])
+    np.testing.assert_array_equal(got, _run(data, [x], experimental_preserve_all_tensors=True)[0])
+    assert np.unique(got).size > 20  # the chain is not trivial over the 256 codes
+
+
+def test_table_chain_keeps_an_intermediate_someone_reads():
+    data = _table_chain(branch=True)
+    assert _names(data) == ["RELU", "LOGISTIC+QUANTIZE"]
+    x = ALL_INT8[::-1].reshape(4, 64)
+    got, want = _run(data, [x]), _litert(data, [x])
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_add_of_a_constant_is_a_table_and_composes():
+    b = ModelBuilder()
+    x = b.input("x", (2, 128), "int8", (0.03, -5))
+    c = b.const("c", np.array([17], np.int8), quant=(0.02, 4))
+    a = b.tensor("a", (2, 128), "int8", (0.045, 10))
+    y = b.tensor("y", (2, 128), "int8", (0.04, -20))
+    b.op("ADD", [x, c], [a], fused_activation_function=0)
+    b.op("RELU6", [a], [y])
+    b.output(y)
+    data = b.to_bytes()
+    assert _names(data) == ["ADD+RELU6"]
+    xv = ALL_INT8.reshape(2, 128)
+    np.testing.assert_array_equal(_run(data, [xv])[0], _litert(data, [xv])[0])
+
+
+def test_int8_binary_and_data_movement_steps_bound_bit_exact():
+    """ADD of two run-time tensors, CONCATENATION, STRIDED_SLICE and RESHAPE through their bound
+    calls, over several inputs in one interpreter."""
+    b = ModelBuilder()
+    x1 = b.input("x1", (1, 3, 8), "int8", (0.05, 2))
+    x2 = b.input("x2", (1, 3, 8), "int8", (0.1, 0))
+    s = b.tensor("s", (1, 3, 8), "int8", (0.1, 0))
+    cat = b.tensor("cat", (1, 6, 8), "int8", (0.1, 0))
+    sl = b.tensor("sl", (1, 4, 8), "int8", (0.1, 0))
+    y = b.tensor("y", (4, 8), "int8", (0.1, 0))
+    b.op("ADD", [x1, x2], [s], fused_activation_function=0)
+    b.op("CONCATENATION", [s, x2], [cat], axis=1, fused_activation_function=0)
+    b.op("STRIDED_SLICE", [cat, b.const("b", np.array([0, 1, 0], np.int32)),
+                           b.const("e", np.array([1, 5, 8], np.int32)),
+                           b.const("st", np.array([1, 1, 1], np.int32))], [sl])
+    b.op("RESHAPE", [sl, b.const("shape", np.array([4, 8], np.int32))], [y])
+    b.output(y)
+    data = b.to_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        xs = [rng.integers(-128, 128, (1, 3, 8)).astype(np.int8) for _ in range(2)]
+        for d, x in zip(it.get_input_details(), xs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(got, _litert(data, xs)[0])
+
+
+def test_rescaled_concatenation_bound_call_equals_eval():
+    """An int8 input with another scale (LiteRT's int8 kernel refuses it; edgerun applies the
+    uint8 rescaling kernel): the bound call writes what the kernel's eval returns."""
+    b = ModelBuilder()
+    x1 = b.input("x1", (2, 3), "int8", (0.05, 2))
+    x2 = b.input("x2", (2, 5), "int8", (0.08, -3))
+    y = b.tensor("y", (2, 8), "int8", (0.1, 1))
+    b.op("CONCATENATION", [x1, x2], [y], axis=1, fused_activation_function=1)
+    b.output(y)
+    it = Interpreter(model_content=b.to_bytes())
+    it.allocate_tensors()
+    rng = np.random.default_rng(0)
+    x1v, x2v = (rng.integers(-128, 128, s).astype(np.int8) for s in ((2, 3), (2, 5)))
+    it.set_tensor(0, x1v)
+    it.set_tensor(1, x2v)
+    it.invoke()
+    step = it.steps()[0]
+    step.kernel._out = None  # eval into a fresh array
+    want = step.fn([x1v, x2v])[0]
+    np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), want)
+    assert want.min() >= 1  # the fused RELU clamps at the zero point
+
+
+@pytest.mark.parametrize("hw,act", [((5, 5), 0), ((4, 8), 0), ((3, 7), 3), ((25, 5), 1)])
+def test_global_int8_average_pool_table_bit_exact(hw, act):
+    h, w = hw
+    b = ModelBuilder()
+    x = b.input("x", (1, h, w, 16), "int8", (0.04, -6))
+    y = b.tensor("y", (1, 1, 1, 16), "int8", (0.03, 9))
+    b.op("AVERAGE_POOL_2D", [x], [y], padding=1, stride_w=1, stride_h=1, filter_width=w,
+         filter_height=h, fused_activation_function=act)
+    b.output(y)
+    data = b.to_bytes()
+    rng = np.random.default_rng(h * w)
+    for lo, hi in [(-128, 128), (-128, -100), (100, 128)]:  # mixed, and sums at either end
+        xv = rng.integers(lo, hi, (1, h, w, 16)).astype(np.int8)
+        np.testing.assert_array_equal(_run(data, [xv])[0], _litert(data, [xv])[0])
+
+
+@pytest.mark.parametrize("n", [1, 3, 12, 100])
+def test_one_row_int8_softmax_bit_exact(n):
+    b = ModelBuilder()
+    x = b.input("x", (1, n), "int8", (0.11, 5))
+    y = b.tensor("y", (1, n), "int8", (1 / 256, -128))
+    b.op("SOFTMAX", [x], [y], beta=1.0)
+    b.output(y)
+    data = b.to_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    rng = np.random.default_rng(n)
+    cases = [rng.integers(-128, 128, (1, n)) for _ in range(20)]
+    cases += [np.full((1, n), 127), np.full((1, n), -128), rng.integers(-3, 3, (1, n))]  # ties
+    for xv in cases:
+        xv = xv.astype(np.int8)
+        it.set_tensor(0, xv)
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]),
+                                      _litert(data, [xv])[0])
+
+
+def _state_model() -> bytes:
+    """A streaming buffer as microWakeWord keeps it: state (1, 3, 4) <- last 3 rows of
+    concat(state, x); y = concat(...). The init subgraph assigns zeros."""
+    b = ModelBuilder()
+    g = b.graph
+    x = b.input("x", (1, 1, 4), "int8", (0.1, 0))
+    h = b.tensor("handle", (), "resource")
+    s = b.tensor("state", (1, 3, 4), "int8", (0.1, 0))
+    cat = b.tensor("cat", (1, 4, 4), "int8", (0.1, 0))
+    nxt = b.tensor("next", (1, 3, 4), "int8", (0.1, 0))
+    b.op("CALL_ONCE", [], [], init_subgraph_index=1)
+    b.op("VAR_HANDLE", [], [h], container="", shared_name="buf")
+    b.op("READ_VARIABLE", [h], [s])
+    b.op("CONCATENATION", [s, x], [cat], axis=1, fused_activation_function=0)
+    b.op("STRIDED_SLICE", [cat, b.const("b", np.array([0, 1, 0], np.int32)),
+                           b.const("e", np.array([1, 4, 4], np.int32)),
+                           b.const("st", np.array([1, 1, 1], np.int32))], [nxt])
+    b.op("ASSIGN_VARIABLE", [h, nxt], [])
+    b.output(cat)
+    init = Subgraph([], [], [], [], "init")
+    b.model.subgraphs.append(init)
+    b.graph = init
+    h2 = b.tensor("handle", (), "resource")
+    v0 = b.const("zeros", np.zeros((1, 3, 4), np.int8), quant=(0.1, 0))
+    b.op("VAR_HANDLE", [], [h2], container="", shared_name="buf")
+    b.op("ASSIGN_VARIABLE", [h2, v0], [])
+    b.graph = g
+    return b.to_bytes()
+
+
+def test_streaming_state_steps_bound_and_var_handle_leaves_the_plan():
+    data = _state_model()
+    assert _names(data) == ["CALL_ONCE", "READ_VARIABLE", "CONCATENATION", "STRIDED_SLICE",
+                            "ASSIGN_VARIABLE"]
+    lt = make_interpreter(data, reference=True)
+    lt.allocate_tensors()
+    er = Interpreter(model_content=data)
+    er.allocate_tensors()
+    seen = []
+    for step in range(6):
+        xv = np.full((1, 1, 4), step + 1, np.int8)
+        for it in (lt, er):
+            it.set_tensor(it.get_input_details()[0]["index"], xv)
+            it.invoke()
+        got = er.get_tensor(er.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(got, lt.get_tensor(lt.get_output_details()[0]["index"]))
+        seen.append(got)
+    np.testing.assert_array_equal(seen[-1][0, :, 0], [3, 4, 5, 6])  # the buffer really moves
+    er.reset_all_variables()  # CALL_ONCE assigns the zeros again
+    er.set_tensor(er.get_input_details()[0]["index"], np.full((1, 1, 4), 9, np.int8))
+    er.invoke()
+    np.testing.assert_array_equal(er.get_tensor(er.get_output_details()[0]["index"])[0, :, 0], [0, 0, 0, 9])
+
+
+def test_read_variable_before_any_assign_is_one_edgerun_error():
+    b = ModelBuilder()
+    x = b.input("x", (2,), "float32")
+    h = b.tensor("handle", (), "resource")
+    s = b.tensor("state", (2,), "float32")
+    y = b.tensor("y", (2,), "float32")
+    b.op("VAR_HANDLE", [], [h], container="", shared_name="never")
+    b.op("READ_VARIABLE", [h], [s])
+    b.op("ADD", [s, x], [y], fused_activation_function=0)
+    b.output(y)
+    it = Interpreter(model_content=b.to_bytes())
+    it.allocate_tensors()
+    with pytest.raises(EdgerunError, match="READ_VARIABLE of 'never' before any ASSIGN_VARIABLE"):
+        it.invoke()
+
+
+def test_profiling_names_the_composed_chain():
+    it = Interpreter(model_content=_table_chain())
+    it.allocate_tensors()
+    it.set_profiling(True)
+    it.invoke()
+    assert set(it.profile) == {"RELU+LOGISTIC+QUANTIZE"}
+
+
+WAKEWORD = Path.home() / ".cache" / "edgerun" / "fixtures" / "pymicro-wakeword-2.5.0"
+
+
+@pytest.mark.parametrize("name", ["hey_jarvis", "okay_nabu"])
+def test_streaming_wakeword_outputs_through_the_compiled_plan(name):
+    """microWakeWord without preserve_all (composed LOGISTIC+QUANTIZE, bound state steps): the
+    output equals LiteRT's reference kernels at every frame (tests/runtime/test_external_models.py
+    fetches the models; every tensor is compared there with preserve_all)."""
+    path = WAKEWORD / f"{name}.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} not cached (tests/runtime/test_external_models.py fetches the pymicro-wakeword wheel)")
+    data = path.read_bytes()
+    lt = make_interpreter(data, reference=True)
+    lt.allocate_tensors()
+    er = Interpreter(model_content=data)
+    er.allocate_tensors()
+    assert "LOGISTIC+QUANTIZE" in er._runner(0).call_names
+    inp, out = lt.get_input_details()[0], lt.get_output_details()[0]
+    rng = np.random.default_rng(5)
+    states = []
+    for _ in range(30):
+        xv = rng.integers(-128, -40, size=tuple(inp["shape"])).astype(np.int8)
+        for it in (lt, er):
+            it.set_tensor(inp["index"], xv)
+            it.invoke()
+        want = lt.get_tensor(out["index"])
+        np.testing.assert_array_equal(er.get_tensor(out["index"]), want)
+        states.append(np.concatenate([v.reshape(-1) for v in er.resources.values()]))
+    assert all(not np.array_equal(a, b) for a, b in zip(states, states[1:]))  # the state moves
