@@ -3,12 +3,14 @@
 
     python tools/profile_ops.py models/mcu_small.tflite
     python tools/profile_ops.py mobilenet:0.25:96 --runs 200
-    python tools/profile_ops.py chain:RELU:200       # the per-node floor: 200 int8 RELUs on 16 values
+    python tools/profile_ops.py chain:RELU:200       # 200 int8 RELUs on 16 values: one composed table
+    python tools/profile_ops.py chain:RELU:200 --unfused   # the per-node floor: 200 bound lookups
 
 ``mobilenet:ALPHA:SIZE`` builds edgerun.testing.mobilenet_v1(ALPHA, SIZE) in int8; ``chain:OP:N``
 builds N int8 nodes of a unary OP (or ADD of the running value with itself) on a 1x16 tensor and
-also prints microseconds per node, the interpreter's fixed cost per step. Inputs are
-random; BLAS runs on one thread (as tools/bench.py). Prints the p50 of plain invokes, then the
+also prints microseconds per node, the interpreter's fixed cost per step (a chain of table ops
+composes into one lookup in the invoke plan; ``--unfused`` keeps every step, as
+``experimental_preserve_all_tensors`` does). Inputs are random; BLAS runs on one thread (as tools/bench.py). Prints the p50 of plain invokes, then the
 mean milliseconds per invoke of each op type over a second, profiled series.
 """
 
@@ -42,6 +44,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="a .tflite path or mobilenet:ALPHA:SIZE")
     ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--unfused", action="store_true",
+                    help="keep every step (experimental_preserve_all_tensors): no composed table chains")
     args = ap.parse_args()
 
     import numpy as np
@@ -59,7 +63,7 @@ def main() -> int:
         data = mobilenet_v1(float(alpha), int(size), dtype="int8")
     else:
         data = Path(args.model).read_bytes()
-    it = Interpreter(model_content=data)
+    it = Interpreter(model_content=data, experimental_preserve_all_tensors=args.unfused)
     it.allocate_tensors()
     details = it.get_input_details()
     for d, x in zip(details, random_inputs(details)):
