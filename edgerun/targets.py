@@ -52,6 +52,10 @@ BOARDS: dict[str, Board] = {b.name: b for b in [
           4 * MiB, 1 * MiB, ("mcu",), firmware_ram_bytes=192 * KiB,  # firmware/port/mps2-an500/board.h
           extra={"uart_base": 0x40004000, "code_ram": (0x0, 4 * MiB), "sram": (0x20000000, 4 * MiB),
                  "qemu_machine": "mps2-an500"}),
+    Board("mps2-an505", "Arm MPS2+ AN505 (Cortex-M33, FPv5-SP, DSP, TrustZone), emulated by QEMU", "mcu",
+          "cortex-m33", 4 * MiB, 1 * MiB, ("mcu",), firmware_ram_bytes=192 * KiB,  # firmware/port/mps2-an505/board.h
+          extra={"uart_base": 0x50200000, "code_ram": (0x10000000, 4 * MiB), "sram": (0x38000000, 4 * MiB),
+                 "qemu_machine": "mps2-an505"}),
     Board("stm32f746g-disco", "STM32F746G-DISCO (Cortex-M7, 320 KB SRAM, 1 MB flash)", "mcu", "cortex-m7",
           320 * KiB, 512 * KiB, ("mcu",), firmware_ram_bytes=48 * KiB),
     Board("nrf52840", "nRF52840 / Arduino Nano 33 BLE (Cortex-M4F, 256 KB RAM, 1 MB flash)", "mcu",

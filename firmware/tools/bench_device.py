@@ -4,7 +4,7 @@
 figures summed by op type, and the MLPerf Tiny / EEMBC UART mode's `infer N W` median, with the
 arena and flash use the board reports. Prints a markdown table for docs/benchmarks.md.
 
-    python3 firmware/tools/bench_device.py [--boards mps2-an386,mps2-an500] [--runs 3]
+    python3 firmware/tools/bench_device.py [--boards mps2-an386,mps2-an500,mps2-an505] [--runs 3]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from edgerun.deploy.serial_link import SerialLink
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--boards", default="mps2-an386,mps2-an500")
+    ap.add_argument("--boards", default="mps2-an386,mps2-an500,mps2-an505")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
     models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}

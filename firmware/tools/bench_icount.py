@@ -3,7 +3,7 @@
 firmware's INVOKE timing (SysTick, in virtual microseconds) then reads instructions / 1000.
 Prints a markdown table: model, board, instructions per inference, arena bytes (COMMIT's figure).
 
-    python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500] [--runs 3] [--portable]
+    python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500,mps2-an505] [--runs 3] [--portable]
 
 Models: models/mcu_small.tflite and MLPerf Tiny's five int8 models when cached in
 ~/.cache/edgerun/mlperf_tiny (see firmware/README.md).
@@ -55,7 +55,7 @@ def start(board: str, portable: bool):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--boards", default="mps2-an386,mps2-an500")
+    ap.add_argument("--boards", default="mps2-an386,mps2-an500,mps2-an505")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--portable", action="store_true", help="plain C inner loops (-DER_PORTABLE_KERNELS)")
     a = ap.parse_args()

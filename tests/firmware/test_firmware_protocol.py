@@ -75,7 +75,7 @@ def test_op_names_table_matches_schema():
         assert name == BUILTIN_OPERATOR_NAMES.get(code, ""), code
 
 
-@pytest.mark.parametrize("port", ["posix", "mps2-an386", "mps2-an500"])
+@pytest.mark.parametrize("port", ["posix", "mps2-an386", "mps2-an500", "mps2-an505"])
 def test_board_headers_follow_targets(port):
     board = BOARDS["mps2-an386" if port == "posix" else port]  # the posix port simulates mps2-an386
     env = {}

@@ -183,16 +183,19 @@ def test_streaming_wakeword_state_on_cortex_m4(board):
             assert got[0].tobytes() == it.get_tensor(out["index"]).tobytes(), step
 
 
-def test_second_board_cortex_m7(tmp_path):
-    """A second board profile: the same firmware built for the Cortex-M7 of QEMU's mps2-an500
-    (FPv5 FPU, its own board.h) runs the op models and MLPerf Tiny's KWS model bit-exactly."""
+@pytest.mark.parametrize("machine", ["mps2-an500", "mps2-an505"])
+def test_more_boards_cortex_m7_and_m33(machine):
+    """More board profiles: the same firmware built for the Cortex-M7 of QEMU's mps2-an500 (FPv5
+    FPU, its own board.h) and the Cortex-M33 of mps2-an505 (ARMv8-M, Secure state, FPv5-SP, DSP;
+    its own memory map and link.ld) runs the op models, mcu_small and MLPerf Tiny's KWS model
+    bit-exactly."""
     from tests.support.firmware_models import mlperf_tiny
 
-    make("mps2-an500")
-    elf = ROOT / "firmware" / "build" / "mps2-an500" / "edgerun-fw.elf"
+    make(machine)
+    elf = ROOT / "firmware" / "build" / machine / "edgerun-fw.elf"
     port = free_port()
     cmd = qemu_command(elf, port)
-    cmd[cmd.index("mps2-an386")] = "mps2-an500"
+    cmd[cmd.index("mps2-an386")] = machine
     q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_listening(q, port)
@@ -204,7 +207,7 @@ def test_second_board_cortex_m7(tmp_path):
         if mlperf_tiny("kws") is not None:
             chosen["kws"] = mlperf_tiny("kws")
         with SerialLink(url) as link:
-            assert link.hello().board == "mps2-an500"
+            assert link.hello().board == machine
             for name, m in chosen.items():
                 flash(m, url, link=link)
                 details = make_interpreter(m, reference=True).get_input_details()

@@ -1,5 +1,5 @@
-/* mps2-an386 port: CMSDK APB UART0 with interrupt-driven receive into a ring buffer, SysTick
- * for time, code RAM as the flash region, semihosting for exit, SYSRESETREQ for reset.
+/* mps2 port (AN386, AN500 and AN505; board.h has the addresses): CMSDK APB UART0 with
+ * interrupt-driven receive into a ring buffer, SysTick for time, code RAM as the flash region, semihosting for exit, SYSRESETREQ for reset.
  *
  * Flow control: when the ring buffer is full the RX interrupt is switched off and the byte
  * stays in the UART's data register; the UART then reports "full" and QEMU (or a host with
@@ -29,9 +29,12 @@
 #define SYST_CSR REG(0xE000E010u)
 #define SYST_RVR REG(0xE000E014u)
 #define SYST_CVR REG(0xE000E018u)
-#define NVIC_ISER0 REG(0xE000E100u)
+#define NVIC_ISER(n) REG(0xE000E100u + 4u * (n))
 #define SCB_AIRCR REG(0xE000ED0Cu)
-#define FPGAIO_LED REG(0x40028000u) /* mps2 FPGA I/O: LED0..1 (AN386 and AN500 alike) */
+#ifndef MPS2_FPGAIO_BASE
+#define MPS2_FPGAIO_BASE 0x40028000u /* AN386 and AN500 */
+#endif
+#define FPGAIO_LED REG(MPS2_FPGAIO_BASE) /* FPGA I/O: LED0..1 */
 
 #define RING 16384u
 static volatile uint8_t ring[RING];
@@ -59,7 +62,7 @@ void SysTick_Handler(void) { ticks_ms++; }
 void port_init(void) {
     UART_BAUDDIV = 16;
     UART_CTRL = CTRL_TXEN | CTRL_RXEN | CTRL_RXIE;
-    NVIC_ISER0 = 1u << MPS2_UART0_RX_IRQ;
+    NVIC_ISER(MPS2_UART0_RX_IRQ / 32) = 1u << (MPS2_UART0_RX_IRQ % 32);
     SYST_RVR = MPS2_SYSCLK_HZ / 1000u - 1u;
     SYST_CVR = 0;
     SYST_CSR = 7u; /* processor clock, interrupt, enable */

@@ -1,5 +1,8 @@
-/* mps2-an386 startup: vector table, reset handler (copy .data, zero .bss, enable the FPU). */
+/* mps2 startup (AN386, AN500, AN505): vector table, reset handler (copy .data, zero .bss, enable
+ * the FPU). */
 #include <stdint.h>
+
+#include "config.h" /* board.h of the board being built (through -I; a quoted "board.h" here would find AN386's) */
 
 extern uint32_t __data_load, __data_start, __data_end, __bss_start, __bss_end, __stack_top;
 extern int main(void);
@@ -8,7 +11,16 @@ void Default_Handler(void);
 void SysTick_Handler(void);
 void UART0_RX_Handler(void);
 
-__attribute__((section(".vectors"), used)) static void (*const vectors[16 + 32])(void) = {
+#ifndef MPS2_NUM_IRQ
+#define MPS2_NUM_IRQ 32
+#endif
+/* external interrupt n: the UART's receive handler for board.h's MPS2_UART0_RX_IRQ, else fatal */
+#define IRQ(n) ((n) == MPS2_UART0_RX_IRQ ? UART0_RX_Handler : Default_Handler)
+#define IRQ8(n) IRQ(n), IRQ(n + 1), IRQ(n + 2), IRQ(n + 3), IRQ(n + 4), IRQ(n + 5), IRQ(n + 6), IRQ(n + 7)
+_Static_assert(MPS2_NUM_IRQ % 8 == 0 && MPS2_NUM_IRQ <= 64 && MPS2_UART0_RX_IRQ < MPS2_NUM_IRQ,
+               "MPS2_NUM_IRQ: a multiple of 8, at most 64, above the UART's IRQ");
+
+__attribute__((section(".vectors"), used, aligned(256))) static void (*const vectors[16 + MPS2_NUM_IRQ])(void) = {
     (void (*)(void))(&__stack_top),
     Reset_Handler,
     Default_Handler, /* NMI */
@@ -16,19 +28,17 @@ __attribute__((section(".vectors"), used)) static void (*const vectors[16 + 32])
     Default_Handler, /* MemManage */
     Default_Handler, /* BusFault */
     Default_Handler, /* UsageFault */
-    0, 0, 0, 0,
+    Default_Handler, /* SecureFault (ARMv8-M), reserved before */
+    0, 0, 0,
     Default_Handler, /* SVC */
     Default_Handler, /* DebugMon */
     0,
     Default_Handler, /* PendSV */
     SysTick_Handler,
-    UART0_RX_Handler, /* IRQ 0: UART0 RX */
-    Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler,
-    Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler,
-    Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler,
-    Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler,
-    Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler, Default_Handler,
-    Default_Handler,
+    IRQ8(0), IRQ8(8), IRQ8(16), IRQ8(24),
+#if MPS2_NUM_IRQ > 32
+    IRQ8(32), IRQ8(40), IRQ8(48), IRQ8(56),
+#endif
 };
 
 void Reset_Handler(void) {
