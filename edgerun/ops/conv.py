@@ -42,7 +42,7 @@ from edgerun.ops.common import (
     quantized_activation_range,
     scratch,
 )
-from edgerun.ops.fixedpoint import quantize_multipliers
+from edgerun.ops.fixedpoint import bounded_requantizer, quantize_multipliers
 from edgerun.ops.registry import Kernel, register
 from edgerun.schema.tflite import Padding
 
@@ -75,7 +75,8 @@ def _conv_quant(ctx, x, n_channels: int) -> Requantizer:
     reals = [float(s_x) * float(s) / float(s_y) for s in w_scales]
     mult, shift = quantize_multipliers(reals)
     lo, hi = quantized_activation_range(ctx.options.get("fused_activation_function", 0), s_y, y_zp)
-    return Requantizer(mult, shift, y_zp, lo, hi)
+    # the float32 fast path applies once the kernel sets ``acc_bound`` (CONV_2D, DEPTHWISE_CONV_2D)
+    return bounded_requantizer(mult, shift, y_zp, lo, hi)
 
 
 def _bias(ctx, index: int, n: int, dtype) -> np.ndarray:
@@ -167,8 +168,10 @@ class Conv2D(BoundOutput, Kernel):
     bounded whatever the layer size.
     """
 
-    #: bytes of float32 im2col columns, and of float32 accumulators, per block
+    #: bytes of float32 im2col columns, and of float32 accumulators, per GEMM
     COLS_BYTES = 1 << 20
+    #: accumulators requantized per call (several GEMM blocks when they are small)
+    ACC_VALUES = 1 << 16
 
     def prepare(self):
         ctx, opts = self.ctx, self.ctx.options
@@ -266,15 +269,24 @@ class Conv2D(BoundOutput, Kernel):
         if out is None or out.shape != self.out_shape:
             out = np.empty(self.out_shape, np.int8)
         k = self.w8.shape[1] if self.w8 is not None else self.wmats[0].shape[0]
-        rows = max(1, self.COLS_BYTES // (4 * max(k, o)))  # output pixels per block
+        rows = max(1, self.COLS_BYTES // (4 * max(k, o)))  # output pixels per GEMM
+        # requantize several GEMM blocks at once (its fixed cost per call is some 20 us) unless a
+        # long reduction makes the GEMM return float64 chunk sums instead of filling acc
+        together = self.w8 is not None or k <= self.chunk
         if self.pointwise:
             x2, o2 = x.reshape(-1, k), out.reshape(-1, o)
-            for r0 in range(0, x2.shape[0], rows):
-                blk = x2[r0:r0 + rows]
-                cols = scratch("conv.cols", blk.shape, np.float32)
-                np.copyto(cols, blk, casting="unsafe")
-                acc = self._gemm(cols, scratch("conv.acc", (blk.shape[0], o), np.float32))
-                self.requant(acc, self.bias, out=o2[r0:r0 + rows])
+            rq = max(rows, self.ACC_VALUES // o // rows * rows) if together else rows
+            for r0 in range(0, x2.shape[0], rq):
+                nr = min(rq, x2.shape[0] - r0)
+                acc = scratch("conv.acc", (nr, o), np.float32)
+                for g0 in range(0, nr, rows):
+                    blk = x2[r0 + g0:r0 + min(g0 + rows, nr)]
+                    cols = scratch("conv.cols", blk.shape, np.float32)
+                    np.copyto(cols, blk, casting="unsafe")
+                    res = self._gemm(cols, acc[g0:g0 + blk.shape[0]])
+                if not together:
+                    acc = res
+                self.requant(acc, self.bias, out=o2[r0:r0 + nr])
             return [out]
         xp = self.pad(x)
         if self._view[0] is xp:  # a small input's padded buffer is the same array every time
@@ -283,15 +295,21 @@ class Conv2D(BoundOutput, Kernel):
             view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
             if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
                 self._view = (xp, view)
-        bh = max(1, rows // ow)  # output rows per block
+        bh = max(1, rows // ow)  # output rows per GEMM
+        rq = max(bh, self.ACC_VALUES // (ow * o) // bh * bh) if together else bh  # ... per requantization
         for b in range(n):
-            for y0 in range(0, oh, bh):
-                v = view[b, y0:y0 + bh]
-                cols = scratch("conv.cols", v.shape, np.float32)
-                np.copyto(cols, v, casting="unsafe")
-                m = v.shape[0] * ow
-                acc = self._gemm(cols.reshape(m, k), scratch("conv.acc", (m, o), np.float32))
-                self.requant(acc, self.bias, out=out[b, y0:y0 + bh].reshape(m, o))
+            for y0 in range(0, oh, rq):
+                nr = min(rq, oh - y0)
+                acc = scratch("conv.acc", (nr * ow, o), np.float32)
+                for g0 in range(0, nr, bh):
+                    v = view[b, y0 + g0:y0 + min(g0 + bh, nr)]
+                    cols = scratch("conv.cols", v.shape, np.float32)
+                    np.copyto(cols, v, casting="unsafe")
+                    m = v.shape[0] * ow
+                    res = self._gemm(cols.reshape(m, k), acc[g0 * ow:g0 * ow + m])
+                if not together:
+                    acc = res
+                self.requant(acc, self.bias, out=out[b, y0:y0 + nr].reshape(nr * ow, o))
         return [out]
 
     def eval(self, inputs):
@@ -346,6 +364,8 @@ class DepthwiseConv2D(BoundOutput, Kernel):
 
     #: bytes of the float accumulator (and of its product temporary) per block of output rows
     ACC_BYTES = 1 << 20
+    #: accumulators requantized per call (several einsum blocks when they are small)
+    ACC_VALUES = 1 << 16
 
     def prepare(self):
         ctx, opts = self.ctx, self.ctx.options
@@ -429,16 +449,19 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         view = self._windows(xp)  # (N, OH, OW, KH, KW, C)
         taps = kh * kw
         wf = self.wf.reshape(taps, oc)
-        bh = max(1, self.ACC_BYTES // (np.dtype(self.dtype).itemsize * ow * taps * oc))  # rows per block
+        bh = max(1, self.ACC_BYTES // (np.dtype(self.dtype).itemsize * ow * taps * oc))  # rows per einsum
+        rq = max(bh, self.ACC_VALUES // (ow * oc) // bh * bh)  # rows per requantization
         for b in range(n):
-            for y0 in range(0, oh, bh):
-                v = view[b, y0:y0 + bh]
-                m = v.shape[0] * ow
-                cols = scratch("dw.cols", v.shape, self.dtype)
-                np.copyto(cols, v, casting="unsafe")
-                acc = np.einsum("pkc,kc->pc", cols.reshape(m, taps, oc), wf,
-                                out=scratch("dw.acc", (m, oc), self.dtype))
-                self.requant(acc, self.bias, out=out[b, y0:y0 + bh].reshape(m, oc))
+            for y0 in range(0, oh, rq):
+                nr = min(rq, oh - y0)
+                acc = scratch("dw.acc", (nr * ow, oc), self.dtype)
+                for g0 in range(0, nr, bh):
+                    v = view[b, y0 + g0:y0 + min(g0 + bh, nr)]
+                    m = v.shape[0] * ow
+                    cols = scratch("dw.cols", v.shape, self.dtype)
+                    np.copyto(cols, v, casting="unsafe")
+                    np.einsum("pkc,kc->pc", cols.reshape(m, taps, oc), wf, out=acc[g0 * ow:g0 * ow + m])
+                self.requant(acc, self.bias, out=out[b, y0:y0 + nr].reshape(nr * ow, oc))
         return out
 
     def _windows(self, xp: np.ndarray) -> np.ndarray:

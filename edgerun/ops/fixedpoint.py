@@ -301,3 +301,203 @@ def log_x_for_x_greater_than_or_equal_to_1(a, input_integer_bits: int, output_in
     num_scaled = rescale(num, 0, accum_bits)
     total = wrap32(srdhm(z_pow_2_adj, log_2) + srdhm(num_scaled, recip_denom))
     return rescale(total, accum_bits, output_integer_bits)
+
+
+# --- requantization of bounded float32 accumulators in float32 passes (CONV_2D, DEPTHWISE) --------
+
+
+def _requant_bounded_class():
+    """:class:`BoundedRequantizer`, built on first use (its base class lives in
+    ``edgerun.ops.common``; importing that here at module level would tie the two modules'
+    import order together)."""
+    from edgerun.ops.common import FLOAT32_EXACT, Requantizer, clip_ufunc, scratch
+
+    class BoundedRequantizer(Requantizer):
+        """:class:`~edgerun.ops.common.Requantizer` with a float32 path for the accumulators of an
+        int8 convolution (float32 values, ``|acc| <= acc_bound < 2^24``): bit-exact, in about
+        half of the int64 path's time.
+
+        With ``m' = m << left``, ``T = 31 + right``, ``h = 2^(right-1)`` (0 when right is 0),
+        ``delta = 2^-right`` (0 when right is 0) and ``x = acc + bias`` (no int32 wrap-around
+        possible under the bound), the reference result plus 128 is (see
+        :class:`~edgerun.ops.common.Requantizer` for the derivation)::
+
+            floor(t) when x*m' + 2^30 >= 0, else floor(t - delta),
+            t = (x*m' + 2^30 + 2^31*h) / 2^T + zp + 128 = x*mu + c0,  mu = m'/2^T exactly in float64
+
+        In float32, with the constant raised by ``E = 4u(L + |C| + 2)`` (u = 2^-24, C the
+        constant term), the computed ``a`` lies in ``[t, t + 2E]`` for every ``|t| <= L = 512``
+        (three roundings of at most u relative each); larger ``|t|`` saturate either way.
+        Clipped to ``[lo + 7/8, hi + 7/8]`` (lo, hi the clamp range plus 128), ``floor(a)`` is
+        the result whenever ``floor(a) == floor(a - D)`` (every candidate lies in
+        ``[a - D, a]``); the values failing that test are recomputed exactly in int64. Two modes
+        (per layer, by the expected share of values to recompute):
+
+        * ``plain``: ``a = acc*mu + (bias*mu + c0 + E)``, ``D = 2E + delta`` (the sign is not
+          looked at; a value within ``delta`` of a step, about a share ``delta`` of them, is
+          recomputed). Passes: multiply, add, clip, cast to uint8 (the output, offset by 128),
+          subtract, cast, compare, and one XOR of the output bytes.
+        * ``signed`` (channels with right shifts of 1-4, where ``delta`` is a large share):
+          ``x = acc + bias`` in float32 (exact), ``a = x*mu + copysign(delta/2, x) + (c0 -
+          delta/2 + E)``, which subtracts ``delta`` exactly where ``x < 0``; ``x*m' + 2^30 < 0``
+          is ``x < 0`` when ``m' >= 2^30`` except ``x*m' == -2^30``, where both give the same floor.
+          Then ``D = 2E``: three passes more, almost nothing recomputed.
+
+        Anything else (int or float64 accumulators, unbounded sums, a multiplier of 2^-1 or
+        more with no left shift to spare) takes the base class's int64 path.
+        """
+
+        #: values per float32 pass: the work arrays stay in the core's L2 cache
+        SUB = 1 << 16
+        #: the clipped values sit this far above their integer: must exceed every channel's D
+        C_OFF = 0.875
+        L = 512.0
+        #: ``plain`` mode while the mean of D over the channels (about the share of values
+        #: recomputed in int64, which costs about 20x a float32 pass per value) stays below this
+        PLAIN_MAX_SHARE = 0.03
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._fast: dict = {}
+
+        def _prepare_fast(self, bias, c: int):
+            """(bias, mode, per-channel constants, their tiles by repetition count); mode None
+            when the fast path does not apply."""
+            key = id(bias)
+            hit = self._fast.get(key)
+            if hit is not None and hit[0] is bias:
+                return hit
+            mode, consts = None, None
+            bound = self.acc_bound
+            m = np.broadcast_to(self.m, (c,)).astype(np.int64)
+            left = np.broadcast_to(self.left if self.left is not None else 0, (c,)).astype(np.int64)
+            right = np.broadcast_to(np.asarray(self.total, np.int64), (c,)) - 31
+            b = np.zeros(c, np.int64) if bias is None else np.broadcast_to(np.asarray(bias, np.int64), (c,))
+            if (bound is not None and bound < FLOAT32_EXACT and (m >= 0).all()
+                    and (right >= 0).all() and int(right.max(initial=0)) <= 40):
+                bmax = bound + float(np.abs(b).max(initial=0))
+                if bmax * float(1 << int(left.max(initial=0))) < 2.0 ** 31:
+                    m2 = m << left
+                    h = ((np.int64(1) << right) >> 1).astype(np.float64)
+                    scale = np.exp2(-(31 + right).astype(np.float64))
+                    mu = m2.astype(np.float64) * scale  # exact: m2 has 31 significant bits
+                    c0 = (2.0 ** 30 + 2.0 ** 31 * h) * scale + (self.zero_point + 128)
+                    delta = np.where(right > 0, np.exp2(-right.astype(np.float64)), 0.0)
+                    cc = b.astype(np.float64) * mu + c0
+                    err = 4.0 * 2.0 ** -24 * (self.L + np.abs(cc) + 2.0)
+                    tiny = 2.0 ** -14  # beyond one float32 ulp at 256
+                    d_plain = 2.0 * err + delta + tiny
+                    signed_ok = bmax < FLOAT32_EXACT and bool(np.all((m2 >= (1 << 30)) | (right == 0)))
+
+                    def f32_up(v):  # rounded up to float32
+                        return np.nextafter(np.asarray(v, np.float32), np.float32(1))
+
+                    if float(d_plain.max(initial=0)) < self.C_OFF and (
+                            float(d_plain.mean()) <= self.PLAIN_MAX_SHARE or not signed_ok):
+                        mode = "plain"
+                        consts = (mu.astype(np.float32), (cc + err).astype(np.float32),
+                                  f32_up(d_plain), m2, right, b)
+                    elif signed_ok:
+                        err = 4.0 * 2.0 ** -24 * (self.L + np.abs(c0) + 2.0)
+                        d = 2.0 * err + tiny
+                        if float(d.max(initial=0)) < self.C_OFF:
+                            mode = "signed"
+                            consts = (mu.astype(np.float32), (c0 - delta / 2 + err).astype(np.float32),
+                                      f32_up(d), m2, right, b, b.astype(np.float32),
+                                      (delta / 2).astype(np.float32).view(np.int32))
+            if len(self._fast) > 16:
+                self._fast.clear()
+            entry = self._fast[key] = (bias, mode, consts, {})
+            return entry
+
+        def __call__(self, acc, bias=None, out=None):
+            acc = np.asarray(acc)
+            c = acc.shape[-1] if acc.ndim else 0
+            if (acc.dtype != np.float32 or acc.size <= self.SMALL or not c or not acc.flags.c_contiguous
+                    or self.dtype is not np.int8 or self.m.ndim > 1 or self.m.size not in (1, c)
+                    or not (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
+                return super().__call__(acc, bias, out)
+            _, mode, consts, tiles = self._prepare_fast(bias, c)
+            if mode is None:
+                return super().__call__(acc, bias, out)
+            if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
+                out = np.empty(acc.shape, np.int8)
+            rows = acc.size // c
+            reps = 1
+            if c < self.TILE:
+                for r in range(min(rows, self.TILE // c), 0, -1):
+                    if rows % r == 0:
+                        reps = r
+                        break
+            w = reps * c
+            tiled = tiles.get(reps)
+            if tiled is None:
+                tiled = tiles[reps] = tuple(np.tile(a, reps) for a in consts)
+            mu, cc, d, m2, right, b = tiled[:6]
+            signed = mode == "signed"
+            if signed:
+                b32, half = tiled[6:]
+            a2 = acc.reshape(-1, w)
+            u2 = out.reshape(-1, w).view(np.uint8)
+            lo = np.float32(self.qmin + 128 + self.C_OFF)
+            hi = np.float32(self.qmax + 128 + self.C_OFF)
+            step = max(1, self.SUB // w)
+            flagged = []
+            for r0 in range(0, a2.shape[0], step):
+                xa = a2[r0:r0 + step]
+                u = u2[r0:r0 + step]
+                t = scratch("requant.f32", xa.shape, np.float32)
+                if signed:
+                    np.add(xa, b32, out=t)  # exact (|x| < 2^24); +0.0 for x == 0
+                    # copysign(delta/2, x) by bits (numpy's copysign is a slow scalar loop)
+                    sg = scratch("requant.sign", xa.shape, np.int32)
+                    np.bitwise_and(t.view(np.int32), np.int32(-(1 << 31)), out=sg)
+                    np.bitwise_or(sg, half, out=sg)
+                    sg = sg.view(np.float32)
+                    np.multiply(t, mu, out=t)
+                    np.add(t, sg, out=t)
+                else:
+                    np.multiply(xa, mu, out=t)
+                np.add(t, cc, out=t)
+                clip_ufunc(t, lo, hi, out=t)
+                np.copyto(u, t, casting="unsafe")  # t >= 0: the cast truncates = floor
+                np.subtract(t, d, out=t)
+                ub = scratch("requant.u8", xa.shape, np.uint8)
+                np.copyto(ub, t, casting="unsafe")
+                idx = np.flatnonzero(np.not_equal(u, ub, out=scratch("requant.mask", xa.shape, np.bool_)))
+                if idx.size:
+                    flagged.append(idx + r0 * w if r0 else idx)
+            if flagged:
+                # the few values next to a rounding step, exactly (int64, as the base class)
+                idx = flagged[0] if len(flagged) == 1 else np.concatenate(flagged)
+                j = idx % w
+                x = a2.reshape(-1)[idx].astype(np.int64)
+                x += b[j]
+                x *= m2[j]
+                x += 1 << 30
+                x >>= 31
+                r = right[j]
+                v = x + ((np.int64(1) << r) >> 1)
+                v -= (x < 0) & (r > 0)
+                v >>= r
+                v += self.zero_point + 128
+                clip_ufunc(v, self.qmin + 128, self.qmax + 128, out=v)
+                u2.reshape(-1)[idx] = v
+            np.bitwise_xor(u2, np.uint8(0x80), out=u2)
+            return out
+
+    return BoundedRequantizer
+
+
+_BOUNDED = None
+
+
+def bounded_requantizer(multiplier, shift, zero_point: int, qmin: int, qmax: int, acc_bound: float | None = None):
+    """A :class:`~edgerun.ops.common.Requantizer` with the float32 path of ``BoundedRequantizer``
+    (used once ``acc_bound`` is set: a true bound on ``|acc|`` for float32 accumulators)."""
+    global _BOUNDED
+    if _BOUNDED is None:
+        _BOUNDED = _requant_bounded_class()
+    r = _BOUNDED(multiplier, shift, zero_point, qmin, qmax)
+    r.acc_bound = acc_bound
+    return r

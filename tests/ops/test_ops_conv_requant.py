@@ -1,0 +1,121 @@
+"""The float32 requantization path of int8 CONV_2D / DEPTHWISE_CONV_2D (``BoundedRequantizer``).
+
+Exhaustive over every accumulator value that does not saturate, against the fixed-point reference
+(:func:`edgerun.ops.fixedpoint.multiply_by_quantized_multiplier`, itself tested against exact
+rational arithmetic in test_fixedpoint.py), for multipliers that take either mode (``plain`` and
+``signed``), left-shifted channels, clamps of fused activations and extreme zero points; then whole
+convolutions against LiteRT with the fast path asserted to have run.
+"""
+
+import numpy as np
+import pytest
+
+from edgerun.ops.fixedpoint import bounded_requantizer, multiply_by_quantized_multiplier, quantize_multipliers
+from tests.ops.test_ops_conv import RELU, RELU6, conv_spec, dw_spec  # helpers only: no tests are re-collected
+
+
+def _reference(x, m, shift, zp, qmin, qmax):
+    return np.clip(multiply_by_quantized_multiplier(x, m, shift) + zp, qmin, qmax).astype(np.int8)
+
+
+def _mode(r, bias, c):
+    return r._prepare_fast(bias, c)[1]
+
+
+# (real multiplier per channel, expected mode): right shifts 1..13, 0 and a left shift
+MULTIPLIERS = [
+    ([1.1e-3, 3.3e-3, 1e-3, 1.7e-3], "plain"),   # right 9-10: an exact tie every 512 values or fewer
+    ([0.0123, 0.009, 0.02, 0.011], "plain"),     # right 6-7
+    ([0.06, 0.09, 0.07, 0.1], "signed"),         # right 3-4: too many exact ties for plain
+    ([0.3, 0.45, 0.26, 0.49], "signed"),         # right 1-2: every other value a tie
+    ([0.6, 0.99, 0.51, 0.75], "plain"),          # right 0: no rounding division at all
+    ([1.3, 3.7, 0.7, 2.0], "plain"),             # left shifts folded into the multiplier
+]
+
+
+@pytest.mark.parametrize("reals,mode", MULTIPLIERS)
+@pytest.mark.parametrize("zp,qmin,qmax", [(-128, -128, 127), (-3, -128, 127), (77, 77, 127), (127, -50, 60)])
+def test_bounded_requantizer_every_unsaturated_accumulator(monkeypatch, reals, mode, zp, qmin, qmax):
+    """Every integer accumulator whose result is not clamped (and a margin on both sides), with a
+    per-channel bias, through several sub-blocks: equal to the reference, and the float32 path
+    (not the int64 fallback) produced it."""
+    monkeypatch.setattr(type(bounded_requantizer([1 << 30], [0], 0, -128, 127)), "SUB", 4096)
+    c = len(reals)
+    m, shift = quantize_multipliers(reals)
+    bias = np.array([-1234, 0, 5678, -77], np.int64)
+    span = int(300 / min(reals)) + 64
+    x = np.arange(-span, span, dtype=np.int64)[:, None] - bias  # x + bias covers [-span, span) per channel
+    bound = float(np.abs(x).max())
+    r = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=bound)
+    got = r(x.astype(np.float32), bias, out=np.empty(x.shape, np.int8))
+    assert _mode(r, bias, c) == mode
+    want = _reference(x + bias, m, shift, zp, qmin, qmax)
+    assert np.array_equal(got, want)
+    assert len(np.unique(want)) > 100 or qmax - qmin < 120  # the range was actually crossed
+
+
+def test_bounded_requantizer_random_layers_and_fallbacks():
+    """Random per-channel layers (shapes, biases, bounds): always equal to the base int64 path; an
+    unset or too large bound, or float64 accumulators, take that path."""
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        c = int(rng.choice([1, 3, 16, 24, 60, 128, 300]))
+        rows = int(rng.integers(1100 // c + 1, 2500))
+        k = int(rng.integers(1, 900))
+        bound = float(k * 128 * 127)
+        reals = rng.uniform(1, 3, c) * float(rng.choice([1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5]))
+        m, shift = quantize_multipliers(reals)
+        zp = int(rng.integers(-128, 128))
+        qmin, qmax = (-128, 127) if rng.random() < 0.5 else (zp, 127)
+        bias = rng.integers(-int(bound), int(bound) + 1, c).astype(np.int64)
+        x = rng.integers(-int(bound), int(bound) + 1, (rows, c))
+        want = _reference(x + bias, m, shift, zp, qmin, qmax)
+        fast = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=bound)
+        assert np.array_equal(fast(x.astype(np.float32), bias), want)
+        assert np.array_equal(fast(x.astype(np.float64), bias), want)  # float64: the int64 path
+        assert np.array_equal(bounded_requantizer(m, shift, zp, qmin, qmax)(x.astype(np.float32), bias), want)
+    r = bounded_requantizer(*quantize_multipliers([1e-3]), 0, -128, 127, acc_bound=float(1 << 25))
+    assert _mode(r, None, 1) is None  # sums past 2^24 are not exact in float32
+
+
+def _spy_fast_calls(monkeypatch):
+    cls = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
+    calls = []
+    orig = cls._prepare_fast
+
+    def spy(self, bias, c):
+        entry = orig(self, bias, c)
+        calls.append(entry[1])
+        return entry
+
+    monkeypatch.setattr(cls, "_prepare_fast", spy)
+    monkeypatch.setattr(cls, "SUB", 1000)  # several sub-blocks per call
+    return calls
+
+
+@pytest.mark.parametrize("act", [0, RELU, RELU6])
+@pytest.mark.parametrize("spec_args", [
+    ((1, 40, 36, 24), 48, 1, 1, (1, 1)),   # pointwise
+    ((1, 33, 31, 8), 24, 3, 3, (2, 2)),    # strided 3x3 with padding
+])
+def test_conv_int8_float32_requantization_matches_litert(monkeypatch, act, spec_args):
+    """Whole CONV_2D layers with the float32 requantization (several GEMM blocks per call) are
+    bit-exact with LiteRT's reference kernels."""
+    from edgerun.ops.conv import Conv2D
+
+    calls = _spy_fast_calls(monkeypatch)
+    monkeypatch.setattr(Conv2D, "COLS_BYTES", 4 * 48 * 40)  # 40 pixels per GEMM, several per requantization
+    shape, oc, kh, kw, stride = spec_args
+    conv_spec(shape, oc, kh, kw, stride=stride, seed=oc + act).run_int8(act=act, seed=act)
+    assert calls and all(mode is not None for mode in calls)
+
+
+@pytest.mark.parametrize("act", [0, RELU6])
+@pytest.mark.parametrize("shape,kernel,stride", [((1, 40, 44, 32), 3, (1, 1)), ((1, 41, 39, 24), 5, (2, 2))])
+def test_depthwise_int8_float32_requantization_matches_litert(monkeypatch, act, shape, kernel, stride):
+    from edgerun.ops.conv import DepthwiseConv2D
+
+    calls = _spy_fast_calls(monkeypatch)
+    monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 44 * 25 * 32 * 2)  # two rows per einsum
+    dw_spec(shape, 1, kernel, kernel, stride=stride, seed=kernel).run_int8(act=act, seed=act)
+    assert calls and all(mode is not None for mode in calls)
