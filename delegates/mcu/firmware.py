@@ -286,8 +286,8 @@ def _pool_bytes(m, g, facts) -> int:
             pool += 2056 if facts[ins[0]][1] == "int16" else 1024  # int16: two 513-entry int16 tables
         elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "EXP", "ABS", "SQRT", "RSQRT"):
             pool += 256
-        elif name == "LOG_SOFTMAX":
-            pool += 2048  # two int32 tables by the difference to the row maximum
+        elif name in ("LOG_SOFTMAX", "DIV"):
+            pool += 2048  # two int32 tables (by the difference to the row maximum; by the divisor byte)
         elif name in ("TRANSPOSE", "SLICE", "STRIDED_SLICE", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"):
             pool += 56
         elif name == "MIRROR_PAD":

@@ -519,10 +519,14 @@ static int prep_prelu(er_model *m, er_node *n, char *err, size_t errlen) {
 /* ---- gemmlowp fixed point for DIV, RSQRT and LOG_SOFTMAX (TFLite's reference arithmetic; int32
  * values, wrapping where C++'s FixedPoint operators wrap) ------------------------------------ */
 static int32_t clz32(uint32_t x) {
-    int32_t n = 0;
     if (!x) return 32;
+#if defined(__GNUC__)
+    return (int32_t)__builtin_clz(x); /* one CLZ instruction on Cortex-M3 and up */
+#else
+    int32_t n = 0;
     while (!(x & 0x80000000u)) { x <<= 1; n++; }
     return n;
+#endif
 }
 static int32_t clrsb32(int32_t x) { return x >= 0 ? clz32((uint32_t)x) - 1 : clz32(~(uint32_t)x) - 1; }
 static int32_t wsub(int32_t a, int32_t b) { return (int32_t)((uint32_t)a - (uint32_t)b); }
@@ -654,14 +658,23 @@ static int prep_div(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
     if (a->scales.n != 1 || b->scales.n != 1 || out->scales.n != 1) UNSUP("only per-tensor int8 is supported");
     er_quantize_multiplier((double)(a->scale / (b->scale * out->scale)), &n->mult, &n->shift);
+    /* GetReciprocal(|q - zb|, 31) depends on the divisor's byte only: tabulated (Q0.31, shift) */
+    n->pc_mult = pool_alloc(256 * 4);
+    n->pc_shift = pool_alloc(256 * 4);
+    if (!n->pc_mult || !n->pc_shift) FAIL("out of prepare memory");
+    for (int32_t q = -128; q <= 127; q++) {
+        const int32_t v = q - b->zp < 0 ? b->zp - q : q - b->zp, k = (uint8_t)(int8_t)q;
+        if (v == 0) { n->pc_mult[k] = n->pc_shift[k] = 0; continue; } /* a zero divisor fails the invoke */
+        const int32_t hp1 = clz32((uint32_t)v);
+        n->pc_mult[k] = one_over_one_plus_x((int32_t)(((uint32_t)v << hp1) - 0x80000000u));
+        n->pc_shift[k] = 31 - hp1;
+    }
     return ER_OK;
 }
 
-static int32_t div_i8(int32_t v1, int32_t v2, int32_t mult, int32_t shift) {
-    if (v2 < 0) { v1 = -v1; v2 = -v2; }
-    const int32_t hp1 = clz32((uint32_t)v2); /* GetReciprocal(v2, 31) */
-    const int32_t inv = one_over_one_plus_x((int32_t)(((uint32_t)v2 << hp1) - 0x80000000u));
-    const int32_t recip_shift = 31 - hp1;
+/* (q1 - z1) / (q2 - z2) with the divisor's reciprocal `inv` / `recip_shift` from the table */
+static int32_t div_i8(int32_t v1, int32_t v2, int32_t inv, int32_t recip_shift, int32_t mult, int32_t shift) {
+    if (v2 < 0) v1 = -v1;
     const int32_t head = clrsb32(v1);
     const int32_t unscaled = srdhm((int32_t)((uint32_t)v1 << head), inv);
     const int32_t total = shift - recip_shift - head;
@@ -1595,7 +1608,8 @@ static int eval_binary(er_model *m, er_node *n) {
             r = n->op == 55 ? (xa[ia] > xb[ib] ? xa[ia] : xb[ib]) : (xa[ia] < xb[ib] ? xa[ia] : xb[ib]);
         } else if (n->op == 42) { /* DIV */
             if (vb == 0) return -1; /* LiteRT fails the invoke on a zero divisor */
-            r = wadd(div_i8(va, vb, n->mult, n->shift), zo);
+            const uint8_t kb = (uint8_t)xb[ib];
+            r = wadd(div_i8(va, vb, n->pc_mult[kb], n->pc_shift[kb], n->mult, n->shift), zo);
         } else {
             r = wadd(er_mbqm(va * vb, n->mult, n->shift), zo);
         }
