@@ -283,7 +283,8 @@ def _pool_bytes(m, g, facts) -> int:
         elif name == "FULLY_CONNECTED" and len(ins) > 1 and ins[1] >= 0 and facts[ins[1]][0]:
             pool += 8 * facts[ins[1]][0][0]  # one double per unit (requantization in double)
         elif name == "SOFTMAX":
-            pool += 2056 if facts[ins[0]][1] == "int16" else 1024  # int16: two 513-entry int16 tables
+            # int16 in: two 513-entry int16 tables; int8 -> int16: two 256-entry int32 tables
+            pool += 2056 if facts[ins[0]][1] == "int16" else 2048 if facts[outs[0]][1] == "int16" else 1024
         elif name in ("LOGISTIC", "TANH", "LEAKY_RELU", "HARD_SWISH", "EXP", "ABS", "SQRT", "RSQRT"):
             pool += 256
         elif name in ("LOG_SOFTMAX", "DIV"):

@@ -25,7 +25,7 @@
     X(19, RELU, "int8>int8")                             \
     X(21, RELU6, "int8>int8")                            \
     X(22, RESHAPE, "same>same")                          \
-    X(25, SOFTMAX, "int8>int8|int16>int16")              \
+    X(25, SOFTMAX, "int8>int8|int8>int16|int16>int16")   \
     X(34, PAD, "int8>int8")                              \
     X(40, MEAN, "int8>int8")                             \
     X(43, SQUEEZE, "same>same")                          \

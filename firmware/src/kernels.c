@@ -319,10 +319,12 @@ static int prep_mean(er_model *m, er_node *n, char *err, size_t errlen) {
 }
 
 static int prep_softmax16(er_model *m, er_node *n, char *err, size_t errlen);
+static int prep_softmax8to16(er_model *m, er_node *n, char *err, size_t errlen);
 
 static int prep_softmax(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     if (in->type == ER_TYPE_INT16) return prep_softmax16(m, n, err, errlen);
+    if (out->type == ER_TYPE_INT16) return prep_softmax8to16(m, n, err, errlen);
     if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
     if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
     n->ftable = pool_alloc(256 * sizeof(float));
@@ -732,6 +734,56 @@ static int prep_cast_shape(er_model *m, er_node *n, char *err, size_t errlen) {
     }
     if (in->count != out->count) FAIL("shape mismatch");
     return ER_OK;
+}
+
+/* ---- SOFTMAX int8 -> int16 (reference_ops::Softmax, gemmlowp fixed point): exp of the Q5.26
+ * scaled difference to the row maximum (a 256-entry Q0.31 table and its Q12.19 summand), the
+ * row sum's reciprocal (GetReciprocal), output value * 2^16 - 32768 ------------------------- */
+static int prep_softmax8to16(er_model *m, er_node *n, char *err, size_t errlen) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    if (!is_i8(in) || in->scales.n != 1 || out->type != ER_TYPE_INT16) UNSUP("SOFTMAX takes int8 -> int8 or int16");
+    if (in->count != out->count || in->ndim < 1) FAIL("shape mismatch");
+    double real = (double)n->beta * (double)in->scale * (double)(1 << 26);
+    if (real > 2147483647.0) real = 2147483647.0;
+    if (!(real > 1.0)) UNSUP("beta * input scale too small for the int8 SOFTMAX kernel");
+    int32_t mult, shift;
+    er_quantize_multiplier(real, &mult, &shift);
+    const int32_t diff_min = -(int32_t)floor(31.0 * (double)(1 << 26) / (double)((int64_t)1 << shift));
+    n->pc_mult = pool_alloc(256 * 4);  /* exp, Q0.31, by max - x (0 where TFLite skips the entry) */
+    n->pc_shift = pool_alloc(256 * 4); /* the same in Q12.19, the row sum's summand */
+    if (!n->pc_mult || !n->pc_shift) FAIL("out of prepare memory");
+    for (int32_t d = 0; d < 256; d++) {
+        const int valid = -d >= diff_min;
+        const int32_t e = valid ? exp_neg_q5(srdhm((int32_t)((int64_t)-d * ((int64_t)1 << shift)), mult)) : 0;
+        n->pc_mult[d] = e;
+        n->pc_shift[d] = valid ? srmbpot(e, -12) : 0;
+    }
+    return ER_OK;
+}
+
+static void eval_softmax8to16(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0);
+    const int8_t *x = i8in(m, n, 0);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t depth = in->dims[in->ndim - 1];
+    if (depth <= 0) return;
+    const uint32_t rows = in->count / (uint32_t)depth;
+    for (uint32_t r = 0; r < rows; r++, x += depth, y += 2 * (size_t)depth) {
+        int32_t mx = -128, total = 0;
+        for (int32_t j = 0; j < depth; j++) if (x[j] > mx) mx = x[j];
+        for (int32_t j = 0; j < depth; j++) total = wadd(total, n->pc_shift[mx - x[j]]);
+        const int32_t hp1 = clz32((uint32_t)total); /* GetReciprocal(total, 12) */
+        const int32_t recip = one_over_one_plus_x((int32_t)(((uint64_t)(uint32_t)total << hp1) - 0x80000000u));
+        const int32_t exponent = 12 - hp1 + 15; /* + 31 - 16 output bits */
+        const int64_t half = exponent > 0 ? ((int64_t)1 << exponent) >> 1 : 0;
+        for (int32_t j = 0; j < depth; j++) {
+            int64_t o = ((int64_t)n->pc_mult[mx - x[j]] * recip + ((int64_t)1 << 30)) >> 31;
+            o = exponent > 0 ? (o + half) >> exponent : o;
+            o -= 32768;
+            const int16_t q = (int16_t)(o > 32767 ? 32767 : (o < -32768 ? -32768 : o));
+            memcpy(y + 2 * (size_t)j, &q, 2);
+        }
+    }
 }
 
 /* ---- int16 SOFTMAX (reference_ops::SoftmaxInt16): exp(x - max) and 1 / (1 + x) from TFLite's
@@ -2017,6 +2069,7 @@ int er_kernel_eval(er_model *m, er_node *n) {
         case 40: return eval_mean(m, n);
         case 25:
             if (tin(m, n, 0)->type == ER_TYPE_INT16) eval_softmax16(m, n);
+            else if (tout(m, n)->type == ER_TYPE_INT16) eval_softmax8to16(m, n);
             else eval_softmax(m, n);
             return 0;
         case 19: case 20: case 21: eval_relu(m, n); return 0;

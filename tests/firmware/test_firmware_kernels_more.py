@@ -18,7 +18,7 @@ from tests.support.firmware_models import op_models, sum_models
 
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
-NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16")
+NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16", "softmax_int8_to_int16")
 OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS)}
 SUM_INT8, SUM_UINT8 = sum_models("int8"), sum_models("uint8")
 INVOKE_FAILED = 15  # ER_ERR_INVOKE_FAILED

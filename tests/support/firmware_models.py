@@ -445,6 +445,14 @@ def _coverage_models(rng) -> dict[str, bytes]:
         b.op("QUANTIZE", [p], [back])
         b.output(f, p, back)
         models[name] = b.to_bytes()
+    for name, (shape, qx, beta) in {"softmax_int8_to_int16": ((2, 17), (0.08, -3), 1.0),
+                                    "softmax_int8_to_int16_wide": ((1, 300), (0.02, 10), 0.5)}.items():
+        b = ModelBuilder()
+        x = b.input("x", shape, "int8", qx)
+        p = b.tensor("p", shape, "int16", (1.0 / 65536, -32768))
+        b.op("SOFTMAX", [x], [p], beta=beta)
+        b.output(p)
+        models[name] = b.to_bytes()
     b = ModelBuilder()
     x = b.input("x", (2, 37), "int16", (0.002, 0))
     p = b.tensor("p", (2, 37), "int16", (1.0 / 32768, 0))
