@@ -354,7 +354,7 @@ def _requant_bounded_class():
         L = 512.0
         #: ``plain`` mode while the mean of D over the channels (about the share of values
         #: recomputed in int64, which costs about 20x a float32 pass per value) stays below this
-        PLAIN_MAX_SHARE = 0.03
+        PLAIN_MAX_SHARE = 0.02
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -368,47 +368,69 @@ def _requant_bounded_class():
             if hit is not None and hit[0] is bias:
                 return hit
             mode, consts = None, None
+            p = self._channel_params(bias, c)
+            if p is not None:
+                m2, right, b, mu, c0, delta, bmax = p
+                cc = b.astype(np.float64) * mu + c0
+                err = 4.0 * 2.0 ** -24 * (self.L + np.abs(cc) + 2.0)
+                tiny = 2.0 ** -14  # beyond one float32 ulp at 256
+                d_plain = 2.0 * err + delta + tiny
+                signed_ok = bmax < FLOAT32_EXACT and bool(np.all((m2 >= (1 << 30)) | (right == 0)))
+
+                def f32_up(v):  # rounded up to float32
+                    return np.nextafter(np.asarray(v, np.float32), np.float32(1))
+
+                if float(d_plain.max(initial=0)) < self.C_OFF and (
+                        float(d_plain.mean()) <= self.PLAIN_MAX_SHARE or not signed_ok):
+                    mode = "plain"
+                    consts = (mu.astype(np.float32), (cc + err).astype(np.float32),
+                              f32_up(d_plain), m2, right, b)
+                elif signed_ok:
+                    err = 4.0 * 2.0 ** -24 * (self.L + np.abs(c0) + 2.0)
+                    d = 2.0 * err + tiny
+                    if float(d.max(initial=0)) < self.C_OFF:
+                        mode = "signed"
+                        consts = (mu.astype(np.float32), (c0 - delta / 2 + err).astype(np.float32),
+                                  f32_up(d), m2, right, b, b.astype(np.float32),
+                                  (delta / 2).astype(np.float32).view(np.int32))
+            if len(self._fast) > 16:
+                self._fast.clear()
+            entry = self._fast[key] = (bias, mode, consts, {})
+            return entry
+
+        def _exact_u8(self, x, m2, right):
+            """The reference result plus 128 for int64 ``x = acc + bias`` (modified in place) with
+            per-value ``m2``, ``right``: the int64 arithmetic of the base class."""
+            x *= m2
+            x += 1 << 30
+            x >>= 31
+            v = x + ((np.int64(1) << right) >> 1)
+            v -= (x < 0) & (right > 0)
+            v >>= right
+            v += self.zero_point + 128
+            return clip_ufunc(v, self.qmin + 128, self.qmax + 128, out=v)
+
+        def _channel_params(self, bias, c: int):
+            """(m2, right, bias, mu, c0, delta, bound of |acc + bias|) per channel, or None when
+            the float32 paths do not apply (see the class docstring)."""
             bound = self.acc_bound
             m = np.broadcast_to(self.m, (c,)).astype(np.int64)
             left = np.broadcast_to(self.left if self.left is not None else 0, (c,)).astype(np.int64)
             right = np.broadcast_to(np.asarray(self.total, np.int64), (c,)) - 31
             b = np.zeros(c, np.int64) if bias is None else np.broadcast_to(np.asarray(bias, np.int64), (c,))
-            if (bound is not None and bound < FLOAT32_EXACT and (m >= 0).all()
+            if not (bound is not None and bound < FLOAT32_EXACT and (m >= 0).all()
                     and (right >= 0).all() and int(right.max(initial=0)) <= 40):
-                bmax = bound + float(np.abs(b).max(initial=0))
-                if bmax * float(1 << int(left.max(initial=0))) < 2.0 ** 31:
-                    m2 = m << left
-                    h = ((np.int64(1) << right) >> 1).astype(np.float64)
-                    scale = np.exp2(-(31 + right).astype(np.float64))
-                    mu = m2.astype(np.float64) * scale  # exact: m2 has 31 significant bits
-                    c0 = (2.0 ** 30 + 2.0 ** 31 * h) * scale + (self.zero_point + 128)
-                    delta = np.where(right > 0, np.exp2(-right.astype(np.float64)), 0.0)
-                    cc = b.astype(np.float64) * mu + c0
-                    err = 4.0 * 2.0 ** -24 * (self.L + np.abs(cc) + 2.0)
-                    tiny = 2.0 ** -14  # beyond one float32 ulp at 256
-                    d_plain = 2.0 * err + delta + tiny
-                    signed_ok = bmax < FLOAT32_EXACT and bool(np.all((m2 >= (1 << 30)) | (right == 0)))
-
-                    def f32_up(v):  # rounded up to float32
-                        return np.nextafter(np.asarray(v, np.float32), np.float32(1))
-
-                    if float(d_plain.max(initial=0)) < self.C_OFF and (
-                            float(d_plain.mean()) <= self.PLAIN_MAX_SHARE or not signed_ok):
-                        mode = "plain"
-                        consts = (mu.astype(np.float32), (cc + err).astype(np.float32),
-                                  f32_up(d_plain), m2, right, b)
-                    elif signed_ok:
-                        err = 4.0 * 2.0 ** -24 * (self.L + np.abs(c0) + 2.0)
-                        d = 2.0 * err + tiny
-                        if float(d.max(initial=0)) < self.C_OFF:
-                            mode = "signed"
-                            consts = (mu.astype(np.float32), (c0 - delta / 2 + err).astype(np.float32),
-                                      f32_up(d), m2, right, b, b.astype(np.float32),
-                                      (delta / 2).astype(np.float32).view(np.int32))
-            if len(self._fast) > 16:
-                self._fast.clear()
-            entry = self._fast[key] = (bias, mode, consts, {})
-            return entry
+                return None
+            bmax = bound + float(np.abs(b).max(initial=0))
+            if bmax * float(1 << int(left.max(initial=0))) >= 2.0 ** 31:
+                return None
+            m2 = m << left
+            h = ((np.int64(1) << right) >> 1).astype(np.float64)
+            scale = np.exp2(-(31 + right).astype(np.float64))
+            mu = m2.astype(np.float64) * scale  # exact: m2 has 31 significant bits
+            c0 = (2.0 ** 30 + 2.0 ** 31 * h) * scale + (self.zero_point + 128)
+            delta = np.where(right > 0, np.exp2(-right.astype(np.float64)), 0.0)
+            return m2, right, b, mu, c0, delta, bmax
 
         def __call__(self, acc, bias=None, out=None):
             acc = np.asarray(acc)
@@ -473,16 +495,7 @@ def _requant_bounded_class():
                 j = idx % w
                 x = a2.reshape(-1)[idx].astype(np.int64)
                 x += b[j]
-                x *= m2[j]
-                x += 1 << 30
-                x >>= 31
-                r = right[j]
-                v = x + ((np.int64(1) << r) >> 1)
-                v -= (x < 0) & (r > 0)
-                v >>= r
-                v += self.zero_point + 128
-                clip_ufunc(v, self.qmin + 128, self.qmax + 128, out=v)
-                u2.reshape(-1)[idx] = v
+                u2.reshape(-1)[idx] = self._exact_u8(x, m2[j], right[j])
             np.bitwise_xor(u2, np.uint8(0x80), out=u2)
             return out
 
