@@ -278,14 +278,28 @@ MLPERF_CACHE = Path.home() / ".cache" / "edgerun" / "mlperf_tiny"
 MEDIAPIPE = ("face_detection_short_range", "palm_detection_lite", "pose_detection")
 
 
+def _fetch_pinned(name: str) -> bytes | None:
+    """``name`` downloaded by tools/fetch_models.py (pinned commit and SHA-256), or None where it cannot be."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_models", Path(__file__).resolve().parent / "fetch_models.py")
+    fm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fm)
+    try:
+        return fm.fetch([name], cache=MLPERF_CACHE)[name].read_bytes()
+    except fm.FetchError:
+        return None
+
+
 def mlperf_file(repo_path: str, repo: Path | None) -> bytes | None:
-    """A file of mlcommons/tiny from the cache, else from a local git mirror (then cached)."""
+    """A file of mlcommons/tiny from the cache, else from a local git mirror (then cached), else
+    downloaded at the pinned commit by tools/fetch_models.py."""
     import subprocess
     cached = MLPERF_CACHE / Path(repo_path).name
     if cached.exists():
         return cached.read_bytes()
     if repo is None or not repo.exists():
-        return None
+        return _fetch_pinned(cached.name)
     r = subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:{repo_path}"], capture_output=True, check=False)
     if r.returncode != 0 or r.stdout[:8].startswith(b"version "):  # absent, or a Git LFS pointer
         return None
