@@ -23,6 +23,7 @@ class ReluX(TableEval, Kernel):
     def prepare(self):
         ctx = self.ctx
         self.lo, self.hi = _RANGES[ctx.name]
+        self.float_elementwise = ctx.input(0).dtype == "float32"  # runtime.plan composes it
         if ctx.input(0).dtype == "int8":
             s_in, self.zp_in = qparams(ctx.input(0))
             s_out, self.zp_out = qparams(ctx.output(0))

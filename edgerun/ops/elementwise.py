@@ -363,6 +363,7 @@ class FloatUnary(Kernel):
         if self.ctx.output(0).dtype != "float32":
             raise self.ctx.fail(f"output type {self.ctx.output(0).dtype} differs from the input's")
         self.fn = _UNARY_FLOAT[self.ctx.name]
+        self.float_elementwise = True  # runtime.plan composes it into a DEQUANTIZE table
         return [self.ctx.input_shape(0)]
 
     def eval(self, inputs):

@@ -84,6 +84,7 @@ class _LutKernel(TableEval, Kernel):
         x, y = ctx.input(0), ctx.output(0)
         if x.dtype != y.dtype:
             raise ctx.fail(f"input is {x.dtype} but output is {y.dtype}")
+        self.float_elementwise = x.dtype == "float32"  # runtime.plan composes it
         if x.dtype == "int8":
             s_in, zp_in = qparams(x)
             s_out, zp_out = qparams(y)
@@ -348,6 +349,7 @@ class LeakyRelu(TableEval, Kernel):
     def prepare(self):
         ctx = self.ctx
         self.alpha = float(ctx.options.get("alpha", 0.0))
+        self.float_elementwise = ctx.input(0).dtype == "float32"  # runtime.plan composes it
         if _same_dtype(ctx) == "int8":
             s_in, self.zp_in = qparams(ctx.input(0))
             s_out, self.zp_out = qparams(ctx.output(0))
@@ -474,6 +476,7 @@ class HardSwish(TableEval, Kernel):
 
     def prepare(self):
         ctx = self.ctx
+        self.float_elementwise = ctx.input(0).dtype == "float32"  # runtime.plan composes it
         if _same_dtype(ctx) == "int8":
             s_in, self.zp_in = qparams(ctx.input(0))
             s_out, self.zp_out = qparams(ctx.output(0))

@@ -85,6 +85,7 @@ class Quantize(Kernel):
             else:
                 self.scale = _F32(q.scale[0])
                 self.zero_point = int(q.zero_point[0])
+                self.float_elementwise = True  # runtime.plan composes it into a DEQUANTIZE table
             # what (int32)NaN = INT32_MIN plus the zero point clamps to
             self.overflow_value = np.where(np.asarray(self.zero_point) >= 0, self.qmin, self.qmax)
         else:

@@ -11,8 +11,12 @@ building, dict lookups or dtype checks. A kernel takes part through three option
   int8 -> int8, DEQUANTIZE per tensor, ...). The step becomes one ``take`` from the table into
   the output's arena view, and a chain of such steps (``A -> B``, where only ``B`` reads ``A``'s
   output and nobody reads it after the invoke) is composed into one table, ``B[A]``, built here
-  once: DEQUANTIZE / QUANTIZE / activation chains cost one lookup. Composition is the same
-  function, so the outputs are bit for bit those of the separate steps.
+  once: QUANTIZE / activation chains cost one lookup. Composition is the same function, so the
+  outputs are bit for bit those of the separate steps.
+* ``float_elementwise``: set by a float32 kernel whose output is one function per element of its
+  single input (float RELU, LOGISTIC, TANH, EXP, QUANTIZE float -> int8 per tensor, ...). After a
+  float table (per-tensor DEQUANTIZE) the kernel's own ``eval`` on the 256 table values gives the
+  next table, so DEQUANTIZE -> float ops -> QUANTIZE chains become one int8 lookup.
 * ``compile(ins, outs)``: returns a zero-argument callable that does the node's work on the
   given input arrays (None: omitted, or rebound at run time) into the given output views (None:
   no fixed buffer), or None when the kernel cannot bind them (the ``eval`` wrapper is used).
@@ -42,6 +46,17 @@ def _table_of(st: Step, known) -> np.ndarray | None:
     if not st.inputs or st.inputs[0] < 0 or any(i >= 0 and i not in known for i in st.inputs[1:]):
         return None
     return t
+
+
+def _float_elementwise(st: Step, vals) -> bool:
+    """The step applies one float32 function per element of its single input (the kernel says so
+    with ``float_elementwise``), so it maps a 256-entry float table to its next table."""
+    if st.fn is None or st.dtype == "delegate" or not getattr(st.kernel, "float_elementwise", False):
+        return False
+    if len(st.outputs) != 1 or [i for i in st.inputs if i >= 0] != [st.inputs[0]]:
+        return False
+    x, y = vals[st.inputs[0]], vals[st.outputs[0]]
+    return x is not None and y is not None and x.dtype == np.float32 and x.shape == y.shape
 
 
 def _generic(runner: SubgraphRunner, st: Step, ins, outs) -> Callable[[], None]:
@@ -119,14 +134,23 @@ def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list
         if table is not None and outs[0] is not None:
             name, last, count = st.name, st, 1
             # compose the following table steps that alone read the previous one's output
-            while fuse and k < len(steps) and table.dtype.itemsize == 1:
+            while fuse and k < len(steps):
                 nxt = steps[k]
-                t2 = _table_of(nxt, known)
                 mid = last.outputs[0]
-                if (t2 is None or nxt.inputs[0] != mid or readers.get(mid, 0) != 1 or mid in keep
+                if (not nxt.inputs or nxt.inputs[0] != mid or readers.get(mid, 0) != 1 or mid in keep
                         or mid in rebound or nxt.outputs[0] in rebound):
                     break
-                table = t2[table.view(np.uint8)]
+                t2 = _table_of(nxt, known) if table.dtype.itemsize == 1 else None
+                if t2 is not None:
+                    table = t2[table.view(np.uint8)]
+                elif table.dtype == np.float32 and _float_elementwise(nxt, vals):
+                    # a float per-element op after a float table (DEQUANTIZE): its own eval on
+                    # the 256 values is the next table
+                    table = np.asarray(nxt.fn([table])[0])
+                    if table.shape != (256,) or table.dtype != vals[nxt.outputs[0]].dtype:
+                        break
+                else:
+                    break
                 name = f"{name}+{nxt.name}" if count < 4 else f"{st.name}+...+{nxt.name} ({count + 1} ops)"
                 last = nxt
                 k += 1

@@ -73,6 +73,29 @@ def test_table_chain_keeps_an_intermediate_someone_reads():
         np.testing.assert_array_equal(g, w)
 
 
+def test_dequantize_float_ops_quantize_chain_is_one_int8_table():
+    """DEQUANTIZE -> float LOGISTIC -> float RELU6 -> QUANTIZE (a float island an int8 graph
+    keeps) composes into one int8 lookup: the same bytes as the separate steps."""
+    b = ModelBuilder()
+    x = b.input("x", (3, 128), "int8", (0.06, 7))
+    f = b.tensor("f", (3, 128), "float32")
+    g = b.tensor("g", (3, 128), "float32")
+    h = b.tensor("h", (3, 128), "float32")
+    y = b.tensor("y", (3, 128), "int8", (0.004, -100))
+    b.op("DEQUANTIZE", [x], [f])
+    b.op("LOGISTIC", [f], [g])
+    b.op("RELU6", [g], [h])
+    b.op("QUANTIZE", [h], [y])
+    b.output(y)
+    data = b.to_bytes()
+    assert _names(data) == ["DEQUANTIZE+LOGISTIC+RELU6+QUANTIZE"]
+    xv = np.resize(ALL_INT8, (3, 128))  # every code, then half of them again
+    got = _run(data, [xv])[0]
+    np.testing.assert_array_equal(got, _run(data, [xv], experimental_preserve_all_tensors=True)[0])
+    np.testing.assert_array_equal(got, _litert(data, [xv])[0])
+    assert np.unique(got).size > 50
+
+
 def test_add_of_a_constant_is_a_table_and_composes():
     b = ModelBuilder()
     x = b.input("x", (2, 128), "int8", (0.03, -5))
