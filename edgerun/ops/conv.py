@@ -223,7 +223,7 @@ class Conv2D(BoundOutput, Kernel):
     #: float32 copies of int8 filters up to this size are kept (fast small layers); larger ones
     #: are widened per eval from the int8 model buffer into bounded scratch, in blocks of
     #: output channels of about ``WIDEN_BYTES``
-    KEEP_FLOAT_BYTES = 128 * 1024
+    KEEP_FLOAT_BYTES = 16 * 1024
     WIDEN_BYTES = 1 << 20
     #: ... but only when the layer has this many output pixels: the widening (about 0.4 ns a
     #: weight) then costs at most about half of the GEMM it feeds; with fewer pixels (a GEMV
@@ -238,8 +238,7 @@ class Conv2D(BoundOutput, Kernel):
         size = k * o * 4
         if size <= self.KEEP_FLOAT_BYTES or (rows < self.WIDEN_MIN_ROWS and size <= self.KEEP_FLOAT_BYTES_FEW_ROWS):
             return False
-        maxw = max(1, int(np.abs(np.asarray(wdata, np.int64)).max(initial=0)))
-        return k <= exact_chunk(128, maxw)  # one exact float32 GEMM per block (no K chunks)
+        return True
 
     def _gemm(self, cols: np.ndarray, acc: np.ndarray) -> np.ndarray:
         """``cols @ filter`` (int8 path) into ``acc`` (M, O), exact in float32."""
@@ -247,10 +246,23 @@ class Conv2D(BoundOutput, Kernel):
         if w8 is None:
             return exact_int_matmul(cols, self.wmats[0], self.chunk, acc)
         o, k = w8.shape
+        if k > self.chunk:
+            # a reduction too long for one exact float32 GEMM: exact float32 partial products
+            # per chunk of K (filter columns widened chunk by chunk), summed in float64
+            total = None
+            for k0 in range(0, k, self.chunk):
+                wb = w8[:, k0:k0 + self.chunk]
+                wf = scratch("weights.wide", wb.shape, np.float32)
+                np.copyto(wf, wb, casting="unsafe")
+                part = np.matmul(cols[:, k0:k0 + self.chunk], wf.T).astype(np.float64)
+                total = part if total is None else np.add(total, part, out=total)
+            return total
         step = max(1, self.WIDEN_BYTES // (4 * k))
         if step >= o:
             wf = scratch("weights.wide", (o, k), np.float32)
-            np.copyto(wf, w8, casting="unsafe")
+            if not self._widened:  # once per eval: nothing else writes this scratch key meanwhile
+                np.copyto(wf, w8, casting="unsafe")
+                self._widened = True
             return np.matmul(cols, wf.T, out=acc)
         for o0 in range(0, o, step):
             wb = w8[o0:o0 + step]
@@ -263,6 +275,7 @@ class Conv2D(BoundOutput, Kernel):
         return exact_int_matmul(a, wm, self.chunk, out) if self.quantized else np.matmul(a, wm, out=out)
 
     def _eval_int8_blocks(self, x):
+        self._widened = False
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
         out = self._out
@@ -272,7 +285,7 @@ class Conv2D(BoundOutput, Kernel):
         rows = max(1, self.COLS_BYTES // (4 * max(k, o)))  # output pixels per GEMM
         # requantize several GEMM blocks at once (its fixed cost per call is some 20 us) unless a
         # long reduction makes the GEMM return float64 chunk sums instead of filling acc
-        together = self.w8 is not None or k <= self.chunk
+        together = k <= self.chunk
         if self.pointwise:
             x2, o2 = x.reshape(-1, k), out.reshape(-1, o)
             rq = max(rows, self.ACC_VALUES // o // rows * rows) if together else rows
@@ -412,17 +425,11 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         self.tw = ow
         if self.quantized:
             self.tw = next((t for t in range(1, ow + 1) if ow % t == 0 and t * oc >= 512), ow)
-        self.taps = []  # (stride phase, first row, first column, weights tiled over OW or tw)
-        for ky in range(kh):
-            for kx in range(kw):
-                y0, x0 = ky * dh, kx * dw
-                wt = np.tile(wf[ky, kx], self.tw)
-                if self.quantized:
-                    wt = wt.reshape(self.tw, oc)
-                self.taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, wt))
+        self._taps = None  # built on first use by the tap loop (see _tap_list)
         self.planes = {}  # stride phase -> its shape (the data lives in scratch buffers)
         if (sh, sw) != (1, 1):
-            for py, px in sorted({t[0] for t in self.taps}):
+            phases = {(ky * dh % sh, kx * dw % sw) for ky in range(kh) for kx in range(kw)}
+            for py, px in sorted(phases):
                 self.planes[(py, px)] = (n, len(range(py, hp, sh)), len(range(px, wp, sw)), oc)
         self.dtype = dtype
         self.acc_dtype = dtype
@@ -434,6 +441,23 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
         self._view = (None, None)
         return [self.out_shape]
+
+    def _tap_list(self):
+        """(stride phase, first row, first column, weights tiled over OW or tw) per tap: built
+        on first use, since the einsum paths never read them (they are 1.4 MB on pose detection)."""
+        if self._taps is None:
+            kh, kw, sh, sw, dh, dw, _, _ = self.geom
+            oc = self.out_shape[3]
+            taps = []
+            for ky in range(kh):
+                for kx in range(kw):
+                    y0, x0 = ky * dh, kx * dw
+                    wt = np.tile(self.wf[ky, kx], self.tw)
+                    if self.quantized:
+                        wt = wt.reshape(self.tw, oc)
+                    taps.append(((y0 % sh, x0 % sw), y0 // sh, x0 // sw, wt))
+            self._taps = taps
+        return self._taps
 
     #: int8 outputs with at least this many channels copy each row block's windows into float
     #: columns and sum the taps with one einsum (fewer passes than a multiply-add per tap);
@@ -510,7 +534,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                     shape = (rows, ow // self.tw, self.tw, oc)
                     acc = scratch("dw.acc", shape, self.acc_dtype)
                     tmp = scratch("dw.tmp", shape, self.acc_dtype)
-                    for i, (phase, ty, tx, wt) in enumerate(self.taps):
+                    for i, (phase, ty, tx, wt) in enumerate(self._tap_list()):
                         src = planes[phase] if planes else xp
                         # (rows, OW, C) slice viewed as (rows, OW / tw, tw, C): no copy, and the
                         # (tw, C) weight tile makes the inner loop tw * C values long
@@ -526,7 +550,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         # float32 output: the sum is returned, so it gets its own array
         acc = np.empty(shape, self.acc_dtype)
         tmp = scratch("dw.tmp", shape, self.acc_dtype)
-        for i, (phase, y0, x0, wt) in enumerate(self.taps):
+        for i, (phase, y0, x0, wt) in enumerate(self._tap_list()):
             src = planes[phase] if planes else xp
             xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(n, oh, ow * oc)
             if i == 0:

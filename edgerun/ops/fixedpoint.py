@@ -453,12 +453,14 @@ def _requant_bounded_class():
                         break
             w = reps * c
             tiled = tiles.get(reps)
-            if tiled is None:
-                tiled = tiles[reps] = tuple(np.tile(a, reps) for a in consts)
-            mu, cc, d, m2, right, b = tiled[:6]
+            if tiled is None:  # the float32 constants, repeated along the work rows
+                f32 = consts[:3] + consts[6:]
+                tiled = tiles[reps] = tuple(np.tile(a, reps) for a in f32) if reps > 1 else f32
+            mu, cc, d = tiled[:3]
+            m2, right, b = consts[3:6]  # int64, per channel: only the fix-up reads them
             signed = mode == "signed"
             if signed:
-                b32, half = tiled[6:]
+                b32, half = tiled[3:]
             a2 = acc.reshape(-1, w)
             u2 = out.reshape(-1, w).view(np.uint8)
             lo = np.float32(self.qmin + 128 + self.C_OFF)
@@ -492,7 +494,7 @@ def _requant_bounded_class():
             if flagged:
                 # the few values next to a rounding step, exactly (int64, as the base class)
                 idx = flagged[0] if len(flagged) == 1 else np.concatenate(flagged)
-                j = idx % w
+                j = idx % c
                 x = a2.reshape(-1)[idx].astype(np.int64)
                 x += b[j]
                 u2.reshape(-1)[idx] = self._exact_u8(x, m2[j], right[j])

@@ -119,3 +119,25 @@ def test_depthwise_int8_float32_requantization_matches_litert(monkeypatch, act, 
     monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 44 * 25 * 32 * 2)  # two rows per einsum
     dw_spec(shape, 1, kernel, kernel, stride=stride, seed=kernel).run_int8(act=act, seed=act)
     assert calls and all(mode is not None for mode in calls)
+
+
+@pytest.mark.parametrize("keep_float_bytes", [0, 1 << 30])  # filters widened per eval, or kept as float32
+def test_conv_int8_long_reduction_matches_litert(monkeypatch, keep_float_bytes):
+    """A 3x3x130 filter (K = 1170: past the 1032 products a float32 sum holds exactly at full
+    int8 range) runs as float32 GEMMs per chunk of K summed in float64, with the filter kept as
+    float32 or widened from int8 chunk by chunk; bit-exact either way."""
+    from edgerun.ops.conv import Conv2D
+
+    monkeypatch.setattr(Conv2D, "KEEP_FLOAT_BYTES", keep_float_bytes)
+    monkeypatch.setattr(Conv2D, "KEEP_FLOAT_BYTES_FEW_ROWS", keep_float_bytes)
+    kept = []
+    orig = Conv2D.prepare
+
+    def spy(self):
+        shapes = orig(self)
+        kept.append((self.w8 is None, self.chunk))
+        return shapes
+
+    monkeypatch.setattr(Conv2D, "prepare", spy)
+    conv_spec((1, 7, 6, 130), 20, 3, 3, seed=130).run_int8(seed=130)
+    assert kept[-1][1] < 3 * 3 * 130 and kept[-1][0] == (keep_float_bytes > 0)
