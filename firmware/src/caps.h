@@ -70,7 +70,7 @@
     X(42, DIV, "int8>int8")                              \
     X(74, SUM, "int8>int8")                              \
     X(50, LOG_SOFTMAX, "int8>int8")                      \
-    X(53, CAST, "int8>uint8|int8>int16|int8>int32|int8>int64|int8>float32|uint8>int8|uint8>int32|uint8>float32|int32>int8|int32>int64|int32>float32") \
+    X(53, CAST, "int8>uint8|int8>int16|int8>int32|int8>int64|int8>float32|uint8>int8|uint8>int32|uint8>float32|int16>int8|int16>int32|int16>float32|int32>int8|int32>int64|int32>float32|float32>int8|float32>uint8|float32>int16|float32>int32|float32>int64") \
     X(77, SHAPE, "int8>int32|int8>int64|uint8>int32|uint8>int64|int16>int32|int16>int64|int32>int32|int32>int64|float32>int32|float32>int64")
 
 /* option limits that are not shapes */

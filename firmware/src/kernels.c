@@ -2011,12 +2011,36 @@ static int64_t cast_load(const uint8_t *p, uint8_t type, uint32_t i) {
     }
 }
 
+/* float -> integer as LiteRT's SafeCast: NaN -> max, below min -> min, at or above max + 1 -> max,
+ * else truncation toward zero */
+static int64_t safe_cast(float f, uint8_t type) {
+    int64_t lo, hi;
+    switch (type) {
+        case ER_TYPE_INT8: lo = -128; hi = 127; break;
+        case ER_TYPE_UINT8: lo = 0; hi = 255; break;
+        case ER_TYPE_INT16: lo = -32768; hi = 32767; break;
+        case ER_TYPE_INT32: lo = INT32_MIN; hi = INT32_MAX; break;
+        default: lo = INT64_MIN; hi = INT64_MAX; break;
+    }
+    if (!(f == f)) return hi;
+    if ((double)f < (double)lo) return lo;
+    if ((double)f >= (double)(hi / 2 + 1) * 2.0) return hi;
+    return (int64_t)f;
+}
+
 static void eval_cast(er_model *m, er_node *n) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     const uint8_t *x = er_model_tensor_data(m, n->in[0]);
     uint8_t *y = er_model_tensor_data(m, n->out);
     for (uint32_t i = 0; i < out->count; i++) {
-        const int64_t v = cast_load(x, in->type, i); /* static_cast: integers wrap, floats round */
+        int64_t v;
+        if (in->type == ER_TYPE_FLOAT32) {
+            float f;
+            memcpy(&f, x + 4 * (size_t)i, 4);
+            v = safe_cast(f, out->type);
+        } else {
+            v = cast_load(x, in->type, i); /* static_cast: integers wrap, to float rounds */
+        }
         switch (out->type) {
             case ER_TYPE_INT8: case ER_TYPE_UINT8: y[i] = (uint8_t)v; break;
             case ER_TYPE_INT16: { const uint16_t w = (uint16_t)v; memcpy(y + 2 * (size_t)i, &w, 2); break; }

@@ -85,11 +85,18 @@ def test_invoke_fails_where_litert_fails_and_the_model_keeps_running(device, cas
 
 
 def test_cast_wraps_and_rounds_like_litert(device):
-    """int32 -> int8 wraps (static_cast), int32 -> float32 rounds to nearest even, int8 -> uint8 wraps."""
+    """int32 -> int8 wraps (static_cast), int32 -> float32 rounds to nearest even, int8 -> uint8 wraps;
+    float32 -> integers saturate (NaN -> max) and truncate."""
     x32 = np.array([[300, -129, 2**31 - 1, -2**31, 16777217, -16777219, 255, 128]], np.int32)
     x8 = np.array([[-128, -1, 0, 1, 127, -2, 64, -64]], np.int8)
+    x16 = np.array([[-32768, 32767, 300, -129, 255, 128, -1, 0]], np.int16)
+    xf = np.array([[np.nan, np.inf, -np.inf, -2.9, 2.9, 255.5, -128.5, 3e9]], np.float32)
+    xf2 = np.array([[2147483520.0, 2147483648.0, -2147483648.0, -2.2e9, 32767.9, -32768.9, 1e20, -0.5]], np.float32)
     for itype, otype, x in (("int32", "int8", x32), ("int32", "float32", x32), ("int32", "int64", x32),
-                            ("int8", "uint8", x8), ("int8", "float32", x8), ("int8", "int16", x8)):
+                            ("int8", "uint8", x8), ("int8", "float32", x8), ("int8", "int16", x8),
+                            ("int16", "int8", x16), ("int16", "int32", x16), ("int16", "float32", x16),
+                            *[("float32", o, x) for o in ("int8", "uint8", "int16", "int32", "int64")
+                              for x in (xf, xf2)]):
         model = _unary("CAST", None, None, itype, otype)
         flash(model, device.port, link=device)
         got, _ = run_with_link(device, [x])
@@ -155,8 +162,8 @@ def _sum(n_out):
 ACCEPTED = dict(OP_MODELS, **{"sum_" + k: v for k, v in SUM_INT8.items()}, sum_4096=_sum(4096))
 REFUSED = {
     "sum_4097": _sum(4097),
-    "cast_from_float32": _unary("CAST", None, None, "float32", "int32"),
-    "cast_to_int8_from_int16": _unary("CAST", None, None, "int16", "int8"),
+    "cast_from_int64": _unary("CAST", None, None, "int64", "int32"),
+    "cast_int16_to_uint8": _unary("CAST", None, None, "int16", "uint8"),
     "sqrt_float32": _unary("SQRT", None, None, "float32", "float32"),
     "quantize_float32_int16": _unary("QUANTIZE", None, (0.01, 0), "float32", "int16"),
 }
@@ -233,6 +240,12 @@ def run_new_ops_on_board(url: str, seeds: int = 2) -> int:
             want = run_litert(SUM_UINT8[name], [(x.astype(np.int16) + 128).astype(np.uint8)], reference=True)[0]
             assert got[0].tobytes() == (want.astype(np.int16) - 128).astype(np.int8).tobytes(), name
             count += 1
+        xf = np.array([[np.nan, np.inf, -np.inf, -2.9, 2.9, 255.5, -128.5, 3e9]], np.float32)
+        for otype in ("int8", "uint8", "int32", "int64"):  # newlib's float -> integer conversions
+            model = _unary("CAST", None, None, "float32", otype)
+            flash(model, url, link=link)
+            got, _ = run_with_link(link, [xf])
+            assert got[0].tobytes() == run_litert(model, [xf], reference=True)[0].tobytes(), otype
         flash(_div_runtime(), url, link=link)
         with pytest.raises(DeviceError) as e:
             run_with_link(link, [np.zeros((1, 8), np.int8), np.full((1, 8), -10, np.int8)])

@@ -427,7 +427,8 @@ def _coverage_models(rng) -> dict[str, bytes]:
     unary("log_softmax_wide", "LOG_SOFTMAX", (1, 3, 40), (float(rng.uniform(0.01, 0.5)), -7), (16.0 / 256, 127))
     for it, ot in (("int8", "uint8"), ("int8", "int16"), ("int8", "int32"), ("int8", "int64"), ("int8", "float32"),
                    ("uint8", "int8"), ("uint8", "int32"), ("uint8", "float32"), ("int32", "int8"),
-                   ("int32", "int64"), ("int32", "float32")):
+                   ("int32", "int64"), ("int32", "float32"), ("int16", "int8"), ("float32", "int8"),
+                   ("float32", "int32"), ("float32", "int64")):
         unary(f"cast_{it}_{ot}", "CAST", (3, 7), None, None, itype=it, otype=ot)
     # int16 activations as edgerun convert writes a float-output classifier's head (no target, cpu,
     # rpi): int8 logits -> int16, SOFTMAX in int16 (step 1/32768), DEQUANTIZE
