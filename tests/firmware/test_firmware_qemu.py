@@ -215,6 +215,20 @@ def test_more_boards_cortex_m7_and_m33(machine):
                 got, _ = run_with_link(link, x)
                 want = run_litert(m, x, reference=True)
                 assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name
+            # the EEMBC mode's energy timestamps drive this board's own FPGA I/O LED (another
+            # address on the AN505) and its UART divider moves to 9600 baud and back
+            from edgerun.bench.device import EembcLink
+            from tests.firmware.test_firmware_eembc import _expected_line
+
+            flash(chosen["mcu_small"], url, link=link)
+            x = random_inputs(make_interpreter(chosen["mcu_small"], reference=True).get_input_details(), seed=4)[0]
+            ee = EembcLink(link, timeout=60)
+            assert ee.enter(energy=True, baud=9600) == f"edgerun-{machine}"
+            assert ee.command("timestamp") == []
+            ee.load(x.tobytes(), chunk=26)
+            assert ee.command("infer 2 1")[-1] == _expected_line(chosen["mcu_small"], x)
+            ee.leave()
+            assert link.hello().board == machine
     finally:
         q.kill()
         q.wait()
