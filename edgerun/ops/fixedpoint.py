@@ -349,6 +349,9 @@ def _requant_bounded_class():
 
         #: values per float32 pass: the work arrays stay in the core's L2 cache
         SUB = 1 << 16
+        #: fewer values take the base class's path: its fixed cost per call is lower (break-even
+        #: measured at 6-8K values: 20.7 against 28.4 us at 4096, 38.0 against 30.4 us at 8192)
+        FAST_MIN = 6144
         #: the clipped values sit this far above their integer: must exceed every channel's D
         C_OFF = 0.875
         L = 512.0
@@ -435,7 +438,7 @@ def _requant_bounded_class():
         def __call__(self, acc, bias=None, out=None):
             acc = np.asarray(acc)
             c = acc.shape[-1] if acc.ndim else 0
-            if (acc.dtype != np.float32 or acc.size <= self.SMALL or not c or not acc.flags.c_contiguous
+            if (acc.dtype != np.float32 or acc.size < self.FAST_MIN or not c or not acc.flags.c_contiguous
                     or self.dtype is not np.int8 or self.m.ndim > 1 or self.m.size not in (1, c)
                     or not (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
                 return super().__call__(acc, bias, out)

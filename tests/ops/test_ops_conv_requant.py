@@ -58,9 +58,10 @@ def test_bounded_requantizer_random_layers_and_fallbacks():
     """Random per-channel layers (shapes, biases, bounds): always equal to the base int64 path; an
     unset or too large bound, or float64 accumulators, take that path."""
     rng = np.random.default_rng(3)
+    fast_layers = 0
     for _ in range(60):
         c = int(rng.choice([1, 3, 16, 24, 60, 128, 300]))
-        rows = int(rng.integers(1100 // c + 1, 2500))
+        rows = int(rng.integers(6200 // c + 1, 6200 // c + 2000))  # past FAST_MIN values
         k = int(rng.integers(1, 900))
         bound = float(k * 128 * 127)
         reals = rng.uniform(1, 3, c) * float(rng.choice([1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5]))
@@ -74,6 +75,8 @@ def test_bounded_requantizer_random_layers_and_fallbacks():
         assert np.array_equal(fast(x.astype(np.float32), bias), want)
         assert np.array_equal(fast(x.astype(np.float64), bias), want)  # float64: the int64 path
         assert np.array_equal(bounded_requantizer(m, shift, zp, qmin, qmax)(x.astype(np.float32), bias), want)
+        fast_layers += _mode(fast, bias, c) is not None
+    assert fast_layers >= 30
     r = bounded_requantizer(*quantize_multipliers([1e-3]), 0, -128, 127, acc_bound=float(1 << 25))
     assert _mode(r, None, 1) is None  # sums past 2^24 are not exact in float32
 
