@@ -192,7 +192,30 @@ class _Int8Binary(TableEval, Kernel):
                 and tuple(ctx.input_shape(0)) == self.out_shape and (b == b.flat[0]).all()):
             # a constant second operand: the op is a 256-entry table of the first (runtime.plan)
             self.unary_table = self.table.reshape(256, 256)[:, int(b.flat[0].view(np.uint8))].copy()
+        self._prepare_rows()
         return [self.out_shape]
+
+    def _prepare_rows(self) -> None:
+        """One constant operand (e.g. per-channel affine weights): the table rows of its distinct
+        values only, indexed ``row(constant) << 8 | bits of the other operand`` (one add and one
+        take per invoke instead of two index passes and a take in the 64K table)."""
+        ctx = self.ctx
+        self.row_offsets = None
+        if type(self).eval is not _Int8Binary.eval:
+            return
+        for ci, vi in ((1, 0), (0, 1)):
+            c = ctx.const(ci)
+            if c is None or not c.size or ctx.const(vi) is not None:
+                continue
+            if tuple(ctx.input_shape(vi)) != self.out_shape:
+                continue
+            values, rows = np.unique(np.asarray(c).view(np.uint8), return_inverse=True)
+            full = self.table.reshape(256, 256)
+            sub = full[values, :] if ci == 0 else full[:, values].T  # (constant value, other operand)
+            self.rows_table = np.ascontiguousarray(sub).reshape(-1)
+            self.row_offsets = rows.reshape(np.shape(c)).astype(np.uint16) << 8
+            self.var_input = vi
+            return
 
     #: outputs up to this many values get a per-node index buffer in the invoke plan
     PLAN_MAX_VALUES = 1 << 14
@@ -207,6 +230,13 @@ class _Int8Binary(TableEval, Kernel):
                 or out.size > self.PLAN_MAX_VALUES):
             return None
         index = np.empty(out.shape, np.uint16)
+        if self.row_offsets is not None:
+            xv, rows, add, take = ins[self.var_input].view(np.uint8), self.row_offsets, np.add, self.rows_table.take
+
+            def call_rows():
+                add(xv, rows, out=index, dtype=np.uint16)
+                take(index, None, out, "clip")
+            return call_rows
         av, bv, take = a.view(np.uint8), b.view(np.uint8), self.table.take
         shl, bor = np.left_shift, np.bitwise_or
 
@@ -227,11 +257,14 @@ class _Int8Binary(TableEval, Kernel):
         a, b = inputs
         shape = np.broadcast_shapes(a.shape, b.shape) if a.shape != b.shape else a.shape
         index = scratch("binary.index", shape, np.uint16)
-        np.left_shift(a.view(np.uint8), 8, out=index, dtype=np.uint16)  # broadcasts to the output
-        np.bitwise_or(index, b.view(np.uint8), out=index)
         out = self._out
         if out is None or out.shape != shape:
             out = None
+        if self.row_offsets is not None:
+            np.add(inputs[self.var_input].view(np.uint8), self.row_offsets, out=index, dtype=np.uint16)
+            return [np.take(self.rows_table, index, mode="clip", out=out)]
+        np.left_shift(a.view(np.uint8), 8, out=index, dtype=np.uint16)  # broadcasts to the output
+        np.bitwise_or(index, b.view(np.uint8), out=index)
         return [np.take(self.table, index, mode="clip", out=out)]
 
 

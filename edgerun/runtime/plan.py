@@ -84,12 +84,25 @@ def _generic(runner: SubgraphRunner, st: Step, ins, outs) -> Callable[[], None]:
     return call
 
 
+#: tensors from this many values on look a 1-byte table up with ``bytes.translate``
+TRANSLATE_MIN = 4096
+
+
 def _take(table: np.ndarray, x: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
     """``out[...] = table[x as uint8]`` as one bound ``take``; None when the arrays do not fit."""
     if (x.dtype.itemsize != 1 or x.shape != out.shape or out.dtype != table.dtype
             or not out.flags.c_contiguous or table.size != 256):
         return None
     take, xv = table.take, x.view(np.uint8)
+    if table.dtype.itemsize == 1 and x.size >= TRANSLATE_MIN and x.flags.c_contiguous:
+        # bytes.translate maps bytes through a 256-byte table in one C loop: about twice as fast
+        # as take on large tensors (take first widens every uint8 index to intp)
+        lut, src = table.view(np.uint8).tobytes(), xv.reshape(-1)
+        dst, frombuffer, copy = out.view(np.uint8).reshape(-1), np.frombuffer, np.copyto
+
+        def call_translate():
+            copy(dst, frombuffer(src.tobytes().translate(lut), np.uint8))
+        return call_translate
 
     def call():
         take(xv, None, out, "clip")

@@ -38,14 +38,14 @@ def _names(data: bytes, **kw) -> list[str]:
     return list(it._runner(0).call_names)
 
 
-def _table_chain(branch: bool = False) -> bytes:
+def _table_chain(branch: bool = False, shape=(4, 64)) -> bytes:
     """x -> RELU (rescaled) -> LOGISTIC -> QUANTIZE int8 -> int8 (another scale) -> y; with
     ``branch`` the RELU output is also a model output, so it must stay written."""
     b = ModelBuilder()
-    x = b.input("x", (4, 64), "int8", (0.07, 3))
-    r = b.tensor("r", (4, 64), "int8", (0.05, -128))
-    s = b.tensor("s", (4, 64), "int8", (1 / 256, -128))
-    y = b.tensor("y", (4, 64), "int8", (0.0061, -7))
+    x = b.input("x", shape, "int8", (0.07, 3))
+    r = b.tensor("r", shape, "int8", (0.05, -128))
+    s = b.tensor("s", shape, "int8", (1 / 256, -128))
+    y = b.tensor("y", shape, "int8", (0.0061, -7))
     b.op("RELU", [x], [r])
     b.op("LOGISTIC", [r], [s])
     b.op("QUANTIZE", [s], [y])
@@ -53,11 +53,12 @@ def _table_chain(branch: bool = False) -> bytes:
     return b.to_bytes()
 
 
-def test_table_chain_composes_into_one_lookup_bit_exact():
-    data = _table_chain()
+@pytest.mark.parametrize("shape", [(4, 64), (3, 40, 50)])  # a take; bytes.translate (>= 4096 values)
+def test_table_chain_composes_into_one_lookup_bit_exact(shape):
+    data = _table_chain(shape=shape)
     assert _names(data) == ["RELU+LOGISTIC+QUANTIZE"]
     assert _names(data, experimental_preserve_all_tensors=True) == ["RELU", "LOGISTIC", "QUANTIZE"]
-    x = ALL_INT8.reshape(4, 64)
+    x = np.resize(ALL_INT8, shape)
     got = _run(data, [x])[0]
     np.testing.assert_array_equal(got, _litert(data, [x])[0])
     np.testing.assert_array_equal(got, _run(data, [x], experimental_preserve_all_tensors=True)[0])
@@ -108,6 +109,25 @@ def test_add_of_a_constant_is_a_table_and_composes():
     data = b.to_bytes()
     assert _names(data) == ["ADD+RELU6"]
     xv = ALL_INT8.reshape(2, 128)
+    np.testing.assert_array_equal(_run(data, [xv])[0], _litert(data, [xv])[0])
+
+
+@pytest.mark.parametrize("op", ["MUL", "SUB", "ADD"])
+@pytest.mark.parametrize("const_first", [False, True])
+@pytest.mark.parametrize("hw", [(2, 3), (40, 30)])  # the bound call; the eval path (large)
+def test_per_channel_constant_operand_rows_bit_exact(op, const_first, hw):
+    """A constant operand with one value per channel: the table rows of its distinct values."""
+    b = ModelBuilder()
+    x = b.input("x", (1, *hw, 6), "int8", (0.04, -9))
+    c = b.const("c", np.array([-128, 5, 5, 127, 0, -77], np.int8), quant=(0.03, 2))
+    y = b.tensor("y", (1, *hw, 6), "int8", (0.09, 11))
+    b.op(op, [c, x] if const_first else [x, c], [y], fused_activation_function=0)
+    b.output(y)
+    data = b.to_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    assert it.steps()[0].kernel.rows_table.size == 5 * 256
+    xv = np.resize(ALL_INT8, (1, *hw, 6))
     np.testing.assert_array_equal(_run(data, [xv])[0], _litert(data, [xv])[0])
 
 
