@@ -5,8 +5,8 @@ Prints a markdown table: model, board, instructions per inference, arena bytes (
 
     python3 firmware/tools/bench_icount.py [--boards mps2-an386,mps2-an500,mps2-an505] [--runs 3] [--portable]
 
-Models: models/mcu_small.tflite and MLPerf Tiny's five int8 models when cached in
-~/.cache/edgerun/mlperf_tiny (see firmware/README.md).
+Models: models/mcu_small.tflite and MLPerf Tiny's five int8 models (cached in
+~/.cache/edgerun/mlperf_tiny, or downloaded there by tools/fetch_models.py where GitHub is reachable).
 """
 
 from __future__ import annotations
