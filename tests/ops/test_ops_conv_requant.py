@@ -144,3 +144,13 @@ def test_conv_int8_long_reduction_matches_litert(monkeypatch, keep_float_bytes):
     monkeypatch.setattr(Conv2D, "prepare", spy)
     conv_spec((1, 7, 6, 130), 20, 3, 3, seed=130).run_int8(seed=130)
     assert kept[-1][1] < 3 * 3 * 130 and kept[-1][0] == (keep_float_bytes > 0)
+
+
+def test_mobilenet_int8_bit_exact_with_float32_requantization(monkeypatch):
+    """A whole MobileNet-v1 0.5/128 int8 graph (built in code) equals LiteRT's reference kernels,
+    with most of its convolutions requantized on the float32 path."""
+    from edgerun.testing import compare_with_litert, mobilenet_v1
+
+    calls = _spy_fast_calls(monkeypatch)
+    compare_with_litert(mobilenet_v1(0.5, 128, classes=100, dtype="int8"), seed=1)
+    assert sum(mode is not None for mode in calls) >= 10
