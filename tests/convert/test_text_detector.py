@@ -287,3 +287,38 @@ def test_edgerun_refuses_concat_with_mixed_quantization():
     assert n == 0 and outside
     with pytest.raises(RuntimeError, match="CONCATENATION"):
         litert_xnnpack_partitions(data)
+
+
+def test_float_tflite_nearest_resize_rewritten(tmp_path):
+    """The same rewrite on a float .tflite input (the TFLite frontend): the int8 result has no
+    RESIZE_NEAREST_NEIGHBOR, is one XNNPACK partition, and the float graph still computes what
+    LiteRT computes on the original."""
+    from edgerun.convert.tflite_frontend import tflite_to_graph
+    from edgerun.ir import ModelBuilder
+
+    rng = np.random.default_rng(9)
+    b = ModelBuilder()
+    x = b.input("x", (1, 6, 5, 4), "float32")
+    c1, up, y = (b.tensor(n, s, "float32") for n, s in (("c1", (1, 6, 5, 8)), ("up", (1, 12, 20, 8)),
+                                                           ("y", (1, 12, 20, 4))))
+    conv = {"padding": 0, "stride_w": 1, "stride_h": 1, "fused_activation_function": 0}
+    b.op("CONV_2D", [x, b.const("w1", (rng.standard_normal((8, 3, 3, 4)) * 0.3).astype(np.float32)),
+                     b.const("b1", np.zeros(8, np.float32))], [c1], **conv)
+    b.op("RESIZE_NEAREST_NEIGHBOR", [c1, b.const("size", np.array([12, 20], np.int32))], [up],
+         align_corners=False, half_pixel_centers=False)
+    b.op("CONV_2D", [up, b.const("w2", (rng.standard_normal((4, 3, 3, 8)) * 0.3).astype(np.float32)),
+                     b.const("b2", np.zeros(4, np.float32))], [y], **conv)
+    b.output(y)
+    data = b.to_bytes()
+    g = tflite_to_graph(data)
+    assert "RESIZE_NEAREST_NEIGHBOR" not in [op.op for op in g.ops]
+    xs = rng.uniform(-1, 1, (16, 1, 6, 5, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_edgerun(g.to_bytes(), [xs[0]])[0], run_litert(data, [xs[0]], reference=False)[0],
+                               rtol=1e-5, atol=1e-5)
+    src = tmp_path / "m.tflite"
+    src.write_bytes(data)
+    rep = convert(src, tmp_path / "q.tflite", calib=xs[:, 0], calib_method="minmax", use_cache=False)
+    assert rep.ok, rep.failures
+    q = (tmp_path / "q.tflite").read_bytes()
+    assert "RESIZE_NEAREST_NEIGHBOR" not in rep.ops
+    assert litert_xnnpack_partitions(q) == (1, 0) and rep.xnnpack_partitions == 1
