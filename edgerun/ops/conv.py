@@ -206,14 +206,17 @@ class Conv2D(BoundOutput, Kernel):
         if self.quantized:
             _, x_zp = qparams(ctx.input(0))
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.int8, x_zp)
-            wint = np.asarray(wdata, np.int64).reshape(o, -1)
-            self.bias = _bias(ctx, 2, o, np.int64) - x_zp * wint.sum(axis=1)
-            self.chunk = exact_chunk(128, max(1, int(np.abs(wint).max(initial=0))))
+            # reductions over the int8 filter, no int64 copy of it (8 MB for a 1024x1024 1x1
+            # filter, which used to set the process's peak memory during allocate_tensors)
+            w2 = np.asarray(wdata).reshape(o, -1)
+            maxw = max(-int(w2.min(initial=0)), int(w2.max(initial=0)))
+            self.bias = _bias(ctx, 2, o, np.int64) - x_zp * w2.sum(axis=1, dtype=np.int64)
+            self.chunk = exact_chunk(128, max(1, maxw))
             self.requant = _conv_quant(ctx, ctx.input(0), o)
             # raw int8 inputs (|x| <= 128): a true bound however the sum is taken (float32 GEMM
             # when it fits one chunk, float64 chunks otherwise); it lets the requantizer skip
             # the int32 wrap-around of acc + bias when that cannot happen
-            self.requant.acc_bound = float(kh * kw * ci * 128 * int(np.abs(wint).max(initial=0)))
+            self.requant.acc_bound = float(kh * kw * ci * 128 * maxw)
         else:
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)

@@ -109,14 +109,14 @@ class FullyConnected(Kernel):
                 mult, shift = quantize_multiplier(float(np.float32(s_x) * w_scales[0]) / float(s_y))
             self.requant = Requantizer(mult, shift, self.y_zp, self.lo, self.hi)
             self.bias = self._int_bias()
-            self.wmat = None if w is None else self._int_weights(w)
+            # the float32 matrix is made below, once it is known to be kept
+            self.wmat = None if w is None else self._int_weights(w, matrix=False)
             # Fast path when |acc * eff| provably stays far inside int32 for every input: no
             # out-of-range handling or int32 wrap, and the rounding and clamp run on float64.
             self.fast = False
             if w is not None and not self.fixed_point_requant:
-                wc = np.asarray(w, np.int64) - self.w_zp
                 max_xd = max(abs(-128 - self.x_zp), abs(127 - self.x_zp))
-                acc_bound = max_xd * np.abs(wc).sum(axis=1) + np.abs(self.bias)
+                acc_bound = max_xd * self._abs_row_sums(w) + np.abs(self.bias)
                 # ... and the reference kernel's int32 acc + bias cannot wrap
                 self.fast = (float((acc_bound * self.eff).max(initial=0)) < 2.0 ** 31 - 1024
                              and int(acc_bound.max(initial=0)) < 2 ** 31)
@@ -126,7 +126,8 @@ class FullyConnected(Kernel):
                     and units * k * 4 > self.KEEP_FLOAT_BYTES):
                 # large weights stay int8 in the model buffer and are widened per eval in blocks
                 self.w8 = np.asarray(w).reshape(units, k)
-                self.wmat = (None,) + self.wmat[1:]
+            elif w is not None:
+                self.wmat = self._int_weights(w)
         else:
             self.lo, self.hi = float_activation_range(act)
             b = ctx.const(2)
@@ -160,12 +161,30 @@ class FullyConnected(Kernel):
             raise self.ctx.fail("bias must be a constant tensor")
         return np.zeros(self.units, np.int64) if b is None else np.asarray(b, np.int64).reshape(self.units)
 
-    def _int_weights(self, w: np.ndarray):
-        """(K, units) float32 matrix of ``w - w_zp``, its exact-sum chunk and the zero-point-folded bias."""
-        wc = np.asarray(w, np.int64) - self.w_zp
-        chunk = exact_chunk(128, max(1, int(np.abs(wc).max(initial=0))))
-        bias = self.bias - self.x_zp * wc.sum(axis=1)
-        return np.ascontiguousarray(wc.T.astype(np.float32)), chunk, bias
+    def _int_weights(self, w: np.ndarray, matrix: bool = True):
+        """(K, units) float32 matrix of ``w - w_zp`` (None unless ``matrix``), its exact-sum
+        chunk and the zero-point-folded bias. int8 weights with zero point 0 are reduced as they
+        are: no int64 copy (8 bytes a weight: 8 MB on a 1024x1001 classifier)."""
+        w = np.asarray(w)
+        w = w.reshape(w.shape[0], -1)
+        if self.w_zp == 0 and w.dtype == np.int8:
+            maxw = max(-int(w.min(initial=0)), int(w.max(initial=0)))
+            sums = w.sum(axis=1, dtype=np.int64)
+            mat = np.ascontiguousarray(w.T, dtype=np.float32) if matrix else None
+        else:
+            wc = w.astype(np.int64) - self.w_zp
+            maxw = int(np.abs(wc).max(initial=0))
+            sums = wc.sum(axis=1)
+            mat = np.ascontiguousarray(wc.T.astype(np.float32)) if matrix else None
+        return mat, exact_chunk(128, max(1, maxw)), self.bias - self.x_zp * sums
+
+    def _abs_row_sums(self, w: np.ndarray) -> np.ndarray:
+        """Per unit, sum of ``|w - w_zp|`` (in blocks of rows: int16 work arrays of at most ~1 MB)."""
+        w = np.asarray(w)
+        w = w.reshape(w.shape[0], -1)
+        step = max(1, (1 << 19) // max(1, w.shape[1]))
+        return np.concatenate([np.abs(w[r:r + step].astype(np.int16) - self.w_zp).sum(axis=1, dtype=np.int64)
+                               for r in range(0, w.shape[0], step)])
 
     def eval(self, inputs):
         x, w = inputs[0], inputs[1]
