@@ -169,7 +169,7 @@ class Conv2D(BoundOutput, Kernel):
     """
 
     #: bytes of float32 im2col columns, and of float32 accumulators, per GEMM
-    COLS_BYTES = 1 << 20
+    COLS_BYTES = 1 << 19
     #: accumulators requantized per call (several GEMM blocks when they are small)
     ACC_VALUES = 1 << 16
 
@@ -227,7 +227,7 @@ class Conv2D(BoundOutput, Kernel):
     #: are widened per eval from the int8 model buffer into bounded scratch, in blocks of
     #: output channels of about ``WIDEN_BYTES``
     KEEP_FLOAT_BYTES = 16 * 1024
-    WIDEN_BYTES = 1 << 20
+    WIDEN_BYTES = 1 << 19
     #: ... but only when the layer has this many output pixels: the widening (about 0.4 ns a
     #: weight) then costs at most about half of the GEMM it feeds; with fewer pixels (a GEMV
     #: such as MobileNet's 1x1 classifier) only filters above ``KEEP_FLOAT_BYTES_FEW_ROWS`` are
@@ -379,7 +379,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     """
 
     #: bytes of the float accumulator (and of its product temporary) per block of output rows
-    ACC_BYTES = 1 << 20
+    ACC_BYTES = 1 << 19
     #: accumulators requantized per call (several einsum blocks when they are small)
     ACC_VALUES = 1 << 16
 
