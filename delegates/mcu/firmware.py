@@ -261,6 +261,11 @@ def firmware_accepts(model, board: str) -> list[str]:
         opts = op.options or {}
         if name in ("MEAN", "SUM") and (facts[outs[0]][2] or 0) > lim["mean_max_outputs"]:
             reasons.append(f"op {k} ({name}) has more than {lim['mean_max_outputs']} outputs")
+        if name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") and tin == "int16" and len(ins) > 2 \
+                and ins[2] >= 0 and facts[ins[2]][1] != "int64":
+            reasons.append(f"op {k} ({name}): a 16x8 bias must be int64 (LiteRT 2.3 misreads int32 ones)")
+        if name in ("ADD", "SUB") and tin == "int16" and opts.get("pot_scale_int16", True):
+            reasons.append(f"op {k} ({name}): int16 with power-of-two scales (pot_scale_int16) is not supported")
         work += _work(name, ins, outs[0], facts, opts) + sum(facts[o][2] or 0 for o in outs[1:])
     if work > lim["max_work"]:
         reasons.append(f"model needs {work} operations per inference (limit {lim['max_work']})")

@@ -12,16 +12,16 @@
 #define ER_CAPS_H
 
 #define ER_OP_TABLE(X)                                   \
-    X(0, ADD, "int8>int8")                               \
-    X(1, AVERAGE_POOL_2D, "int8>int8")                   \
+    X(0, ADD, "int8>int8|int16>int16")                   \
+    X(1, AVERAGE_POOL_2D, "int8>int8|int16>int16")       \
     X(2, CONCATENATION, "int8>int8")                     \
-    X(3, CONV_2D, "int8>int8")                           \
-    X(4, DEPTHWISE_CONV_2D, "int8>int8")                 \
+    X(3, CONV_2D, "int8>int8|int16>int16")               \
+    X(4, DEPTHWISE_CONV_2D, "int8>int8|int16>int16")     \
     X(6, DEQUANTIZE, "int8>float32|int16>float32")       \
-    X(9, FULLY_CONNECTED, "int8>int8")                   \
+    X(9, FULLY_CONNECTED, "int8>int8|int16>int16")       \
     X(14, LOGISTIC, "int8>int8")                         \
-    X(17, MAX_POOL_2D, "int8>int8")                      \
-    X(18, MUL, "int8>int8")                              \
+    X(17, MAX_POOL_2D, "int8>int8|int16>int16")          \
+    X(18, MUL, "int8>int8|int16>int16")                  \
     X(19, RELU, "int8>int8")                             \
     X(21, RELU6, "int8>int8")                            \
     X(22, RESHAPE, "same>same")                          \
@@ -37,7 +37,7 @@
     X(28, TANH, "int8>int8")                             \
     X(36, GATHER, "same>same")                           \
     X(39, TRANSPOSE, "same>same")                        \
-    X(41, SUB, "int8>int8")                              \
+    X(41, SUB, "int8>int8|int16>int16")                  \
     X(45, STRIDED_SLICE, "same>same")                    \
     X(49, SPLIT, "same>same")                            \
     X(54, PRELU, "int8>int8")                            \

@@ -130,8 +130,7 @@ static float scale_at(er_model *m, const er_tensor *t, uint32_t c) {
     return t->scales.n > 1 ? fb_vec_f32(&m->fb, &t->scales, c) : t->scale;
 }
 
-static int act_range(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi) {
-    const int32_t qmin = -128, qmax = 127;
+static int act_range_q(int32_t act, const er_tensor *out, int32_t qmin, int32_t qmax, int32_t *lo, int32_t *hi) {
     float s = out->scale;
     int32_t z = out->zp;
 #define Q(f) wadd(z, f2i(roundf((f) / s)))
@@ -144,8 +143,12 @@ static int act_range(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi
     }
 #undef Q
 }
+static int act_range(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi) { return act_range_q(act, out, -128, 127, lo, hi); }
+static int act_range16(int32_t act, const er_tensor *out, int32_t *lo, int32_t *hi) { return act_range_q(act, out, -32768, 32767, lo, hi); }
 
 static int is_i8(const er_tensor *t) { return t && t->type == ER_TYPE_INT8 && t->scales.n >= 1; }
+/* 16x8 activations: int16, per tensor, zero point 0 */
+static int is_q16(const er_tensor *t) { return t && t->type == ER_TYPE_INT16 && t->scales.n == 1 && t->zp == 0; }
 
 static int32_t out_size(int32_t padding, int32_t in, int32_t filter, int32_t stride, int32_t dil) {
     int32_t eff = (filter - 1) * dil + 1;
@@ -174,13 +177,16 @@ static int per_channel(er_model *m, er_node *n, const er_tensor *in, const er_te
 /* ---- prepare ---------------------------------------------------------------------------------- */
 static int prep_conv(er_model *m, er_node *n, char *err, size_t errlen, int depthwise) {
     er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *b = tin(m, n, 2), *out = tout(m, n);
-    if (!is_i8(in) || !is_i8(f) || !is_i8(out)) UNSUP("only int8 input, filter and output are supported");
+    const int w16 = in->type == ER_TYPE_INT16; /* 16x8: int16 activations, int8 weights, int64 bias */
+    if (w16 ? (!is_q16(in) || !is_q16(out) || !is_i8(f)) : (!is_i8(in) || !is_i8(f) || !is_i8(out)))
+        UNSUP("only int8 (or 16x8: int16 zero point 0) input and output with int8 filter are supported");
     if (in->ndim != 4 || f->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
     if (!f->is_const) UNSUP("the filter must be constant");
     int32_t oc = out->dims[3];
     if (f->scales.n != 1 && f->scales.n != (uint32_t)(depthwise ? f->dims[3] : f->dims[0]))
         FAIL("filter has %u scales", (unsigned)f->scales.n);
-    if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)oc)) FAIL("bias must be int32[%d]", (int)oc);
+    if (b && (!b->is_const || b->type != (w16 ? ER_TYPE_INT64 : ER_TYPE_INT32) || b->count != (uint32_t)oc))
+        FAIL("bias must be %s[%d]", w16 ? "int64" : "int32", (int)oc);
     if (n->stride_w < 1 || n->stride_h < 1 || n->dil_w < 1 || n->dil_h < 1 || n->padding > 1 ||
         n->stride_w > 65535 || n->stride_h > 65535 || n->dil_w > 65535 || n->dil_h > 65535)
         FAIL("bad stride/dilation/padding");
@@ -200,14 +206,21 @@ static int prep_conv(er_model *m, er_node *n, char *err, size_t errlen, int dept
     if (oh != out->dims[1] || ow != out->dims[2]) FAIL("output is %dx%d, expected %dx%d", (int)out->dims[1], (int)out->dims[2], (int)oh, (int)ow);
     n->pad_h = pad_amount(in->dims[1], fh, n->stride_h, n->dil_h, oh);
     n->pad_w = pad_amount(in->dims[2], fw, n->stride_w, n->dil_w, ow);
-    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (!(w16 ? act_range16 : act_range)(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
     if (!per_channel(m, n, in, f, out, oc)) FAIL("out of prepare memory");
+    if (w16) {
+        for (int32_t c = 0; c < oc; c++)
+            if (n->pc_shift[c] > 14) FAIL("16x8 requantization scale (input x weight / output) is 2^14 or more");
+        n->left_shift = f->scales.n > 1 ? 0 : f->zp; /* the weights' zero point (per-tensor only) */
+    }
     return ER_OK;
 }
 
 static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *b = tin(m, n, 2), *out = tout(m, n);
-    if (!is_i8(in) || !is_i8(f) || !is_i8(out)) UNSUP("only int8 input, weights and output are supported");
+    const int w16 = in->type == ER_TYPE_INT16;
+    if (w16 ? (!is_q16(in) || !is_q16(out) || !is_i8(f)) : (!is_i8(in) || !is_i8(f) || !is_i8(out)))
+        UNSUP("only int8 (or 16x8: int16 zero point 0) input and output with int8 weights are supported");
     if (f->ndim != 2 || !f->is_const) UNSUP("weights must be a constant 2-D tensor");
     int32_t units = f->dims[0], depth = f->dims[1];
     if (depth <= 0 || in->count % (uint32_t)depth) FAIL("input size %u is not a multiple of %d", (unsigned)in->count, (int)depth);
@@ -215,8 +228,9 @@ static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
     uint64_t want = (uint64_t)batches * (uint64_t)(uint32_t)units; /* 2^21 x 2048 wraps in 32 bits */
     if (units <= 0 || (uint64_t)out->count != want)
         FAIL("output has %u elements, expected %llu", (unsigned)out->count, (unsigned long long)want);
-    if (b && (!b->is_const || b->type != ER_TYPE_INT32 || b->count != (uint32_t)units)) FAIL("bias must be int32[%d]", (int)units);
-    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (b && (!b->is_const || b->type != (w16 ? ER_TYPE_INT64 : ER_TYPE_INT32) || b->count != (uint32_t)units))
+        FAIL("bias must be %s[%d]", w16 ? "int64" : "int32", (int)units);
+    if (!(w16 ? act_range16 : act_range)(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
     if (f->scales.n > 1 && f->scales.n != (uint32_t)units) FAIL("weights have %u scales", (unsigned)f->scales.n);
     /* LiteRT's reference FC (since April 2025) requantizes in double precision:
      * y = round(double(acc) * double(s_x) * double(s_w[c]) / double(s_y)), half away from zero;
@@ -231,7 +245,10 @@ static int prep_fc(er_model *m, er_node *n, char *err, size_t errlen) {
 
 static int prep_pool(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
-    if (!is_i8(in) || !is_i8(out)) UNSUP("only int8 is supported");
+    const int w16 = in->type == ER_TYPE_INT16;
+    if (w16 ? (in->scales.n != 1 || out->type != ER_TYPE_INT16 || out->scales.n != 1) : (!is_i8(in) || !is_i8(out)))
+        UNSUP("only int8 or per-tensor int16 is supported");
+    if (w16 && (in->scale != out->scale || in->zp != out->zp)) FAIL("int16 pooling needs the input's scale and zero point on the output");
     if (in->ndim != 4 || out->ndim != 4) FAIL("tensors must be 4-D");
     if (n->stride_w < 1 || n->stride_h < 1 || n->filter_w < 1 || n->filter_h < 1 || n->padding > 1 ||
         n->stride_w > 65535 || n->stride_h > 65535 || n->filter_w > (1 << 24) || n->filter_h > (1 << 24))
@@ -242,7 +259,7 @@ static int prep_pool(er_model *m, er_node *n, char *err, size_t errlen) {
         FAIL("output shape does not match the pool");
     n->pad_h = pad_amount(in->dims[1], n->filter_h, n->stride_h, 1, oh);
     n->pad_w = pad_amount(in->dims[2], n->filter_w, n->stride_w, 1, ow);
-    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (!(w16 ? act_range16 : act_range)(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
     return ER_OK;
 }
 
@@ -257,7 +274,10 @@ static int broadcastable(const er_tensor *a, const er_tensor *out) {
 
 static int prep_binary(er_model *m, er_node *n, char *err, size_t errlen) {
     er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
-    if (n->n_in != 2 || !is_i8(a) || !is_i8(b) || !is_i8(out)) UNSUP("only int8 inputs and output are supported");
+    const int w16 = n->n_in == 2 && a->type == ER_TYPE_INT16 && (n->op == 0 || n->op == 41 || n->op == 18);
+    if (w16 ? (!b || b->type != ER_TYPE_INT16 || out->type != ER_TYPE_INT16 || a->scales.n != 1 || b->scales.n != 1 || out->scales.n != 1)
+            : (n->n_in != 2 || !is_i8(a) || !is_i8(b) || !is_i8(out)))
+        UNSUP("only int8 (ADD, SUB, MUL also per-tensor int16) inputs and output are supported");
     if (!broadcastable(a, out) || !broadcastable(b, out)) FAIL("input shapes do not broadcast to the output");
     for (int i = 0; i < out->ndim; i++) {
         int32_t da = i < out->ndim - a->ndim ? 1 : a->dims[i - (out->ndim - a->ndim)];
@@ -265,7 +285,21 @@ static int prep_binary(er_model *m, er_node *n, char *err, size_t errlen) {
         int32_t want = da > db ? da : db;
         if (out->dims[i] != want) FAIL("output shape does not match the broadcast");
     }
-    if (!act_range(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    if (!(w16 ? act_range16 : act_range)(n->act, out, &n->act_min, &n->act_max)) UNSUP("fused activation %d", (int)n->act);
+    n->flag2 = (uint8_t)w16;
+    if (w16) { /* int16 ADD/SUB (general scales: 15-bit left shift onto 2 max(s1, s2)), MUL */
+        if (n->op != 18 && n->flag1) UNSUP("int16 ADD/SUB with power-of-two scales (pot_scale_int16) is not supported");
+        if (n->op == 18) {
+            er_quantize_multiplier((double)(a->scale * b->scale / out->scale), &n->mult, &n->shift);
+            return ER_OK;
+        }
+        n->left_shift = 15;
+        const double twice_max = (double)(2.0f * (a->scale > b->scale ? a->scale : b->scale));
+        er_quantize_multiplier((double)a->scale / twice_max, &n->mult1, &n->shift1);
+        er_quantize_multiplier((double)b->scale / twice_max, &n->mult2, &n->shift2);
+        er_quantize_multiplier(twice_max / (double)(32768.0f * out->scale), &n->mult, &n->shift);
+        return ER_OK;
+    }
     if (n->op == 0 || n->op == 41 || n->op == 99) { /* ADD, SUB, SQUARED_DIFFERENCE */
         n->left_shift = n->op == 99 ? 7 : 20;
         double twice_max = 2.0 * (double)(a->scale > b->scale ? a->scale : b->scale);
@@ -2064,13 +2098,165 @@ static void eval_shape(er_model *m, er_node *n) {
     }
 }
 
+/* ---- 16x8 kernels (reference_integer_ops instantiated for int16 input): int64 accumulators,
+ * the int64 MultiplyByQuantizedMultiplier (multiplier rounded to Q0.15), int16 outputs --------- */
+static int16_t ld16(const uint8_t *p, size_t i) { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+static void st16(uint8_t *p, size_t i, int64_t v, int32_t lo, int32_t hi) {
+    const int16_t q = (int16_t)(v < lo ? lo : (v > hi ? hi : v));
+    memcpy(p + 2 * i, &q, 2);
+}
+static int64_t bias64(const er_tensor *b, int32_t c) { /* 16x8 bias: int64 (LiteRT 2.3 misreads int32 ones) */
+    int64_t v = 0;
+    if (b) memcpy(&v, b->cdata + 8 * (size_t)c, 8);
+    return v;
+}
+static int64_t mbqm64(int64_t acc, int32_t mult, int32_t shift) {
+    const int64_t reduced = mult < 0x7FFF0000 ? ((int64_t)mult + (1 << 15)) >> 16 : 0x7FFF;
+    const int32_t total = 15 - shift; /* >= 1: prepare refuses shifts above 14 */
+    const uint64_t v = (uint64_t)acc * (uint64_t)reduced + ((uint64_t)1 << (total - 1)); /* wraps as int64 */
+    return (int64_t)v >> (total > 63 ? 63 : total);
+}
+
+static void eval_conv16(er_model *m, er_node *n, int depthwise) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *out = tout(m, n), *bt = tin(m, n, 2);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    const int8_t *w = (const int8_t *)f->cdata;
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3];
+    const int32_t OH = out->dims[1], OW = out->dims[2], OC = out->dims[3], FH = f->dims[1], FW = f->dims[2];
+    const int32_t wz = n->left_shift, dm = depthwise ? n->depth_mult : 1;
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++) {
+                const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                for (int32_t oc = 0; oc < OC; oc++) {
+                    int64_t acc = 0;
+                    for (int32_t fy = 0; fy < FH; fy++) {
+                        const int32_t iy = iy0 + n->dil_h * fy;
+                        if (iy < 0 || iy >= H) continue;
+                        for (int32_t fx = 0; fx < FW; fx++) {
+                            const int32_t ix = ix0 + n->dil_w * fx;
+                            if (ix < 0 || ix >= W) continue;
+                            const size_t px = ((size_t)(b * H + iy) * W + ix) * C;
+                            if (depthwise) {
+                                acc += (int64_t)ld16(x, px + (size_t)(oc / dm)) * ((int32_t)w[(fy * FW + fx) * OC + oc] - wz);
+                            } else {
+                                const int8_t *wp = w + ((size_t)(oc * FH + fy) * FW + fx) * C;
+                                for (int32_t c = 0; c < C; c++) acc += (int64_t)ld16(x, px + (size_t)c) * ((int32_t)wp[c] - wz);
+                            }
+                        }
+                    }
+                    acc += bias64(bt, oc);
+                    st16(y, ((size_t)(b * OH + oy) * OW + ox) * OC + oc, mbqm64(acc, n->pc_mult[oc], n->pc_shift[oc]),
+                         n->act_min, n->act_max);
+                }
+            }
+}
+
+static void eval_fc16(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *f = tin(m, n, 1), *bt = tin(m, n, 2);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    const int8_t *w = (const int8_t *)f->cdata;
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t units = f->dims[0], depth = f->dims[1], batches = (int32_t)(in->count / (uint32_t)depth);
+    for (int32_t b = 0; b < batches; b++)
+        for (int32_t u = 0; u < units; u++) {
+            int64_t acc = bias64(bt, u);
+            for (int32_t d = 0; d < depth; d++)
+                acc += (int64_t)ld16(x, (size_t)b * depth + d) * ((int32_t)w[(size_t)u * depth + d] - n->left_shift);
+            /* LiteRT's reference FC requantizes 16x8 in double too, half away from zero */
+            const double v = round((double)acc * n->feff[u]);
+            st16(y, (size_t)b * units + u, v > 32767.0 ? 32767 : (v < -32768.0 ? -32768 : (int64_t)v), n->act_min, n->act_max);
+        }
+}
+
+static void eval_pool16(er_model *m, er_node *n) {
+    er_tensor *in = tin(m, n, 0), *out = tout(m, n);
+    const uint8_t *x = er_model_tensor_data(m, n->in[0]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    const int32_t B = in->dims[0], H = in->dims[1], W = in->dims[2], C = in->dims[3], OH = out->dims[1], OW = out->dims[2];
+    for (int32_t b = 0; b < B; b++)
+        for (int32_t oy = 0; oy < OH; oy++)
+            for (int32_t ox = 0; ox < OW; ox++)
+                for (int32_t c = 0; c < C; c++) {
+                    const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
+                    const int32_t fy0 = iy0 < 0 ? -iy0 : 0, fx0 = ix0 < 0 ? -ix0 : 0;
+                    const int32_t fy1 = n->filter_h < H - iy0 ? n->filter_h : H - iy0;
+                    const int32_t fx1 = n->filter_w < W - ix0 ? n->filter_w : W - ix0;
+                    int64_t acc = n->op == 1 ? 0 : -32768;
+                    int32_t count = 0;
+                    for (int32_t fy = fy0; fy < fy1; fy++)
+                        for (int32_t fx = fx0; fx < fx1; fx++) {
+                            const int64_t v = ld16(x, ((size_t)(b * H + iy0 + fy) * W + ix0 + fx) * C + c);
+                            if (n->op == 1) acc += v;
+                            else if (v > acc) acc = v;
+                            count++;
+                        }
+                    if (n->op == 1) {
+                        if (count == 0) count = 1;
+                        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+                    }
+                    st16(y, ((size_t)(b * OH + oy) * OW + ox) * C + c, acc, n->act_min, n->act_max);
+                }
+}
+
+static void eval_binary16(er_model *m, er_node *n) {
+    er_tensor *a = tin(m, n, 0), *b = tin(m, n, 1), *out = tout(m, n);
+    const uint8_t *xa = er_model_tensor_data(m, n->in[0]), *xb = er_model_tensor_data(m, n->in[1]);
+    uint8_t *y = er_model_tensor_data(m, n->out);
+    int32_t od[ER_MAX_DIMS], sa[ER_MAX_DIMS], sb[ER_MAX_DIMS], idx[ER_MAX_DIMS];
+    const int nd = out->ndim;
+    int32_t stra = 1, strb = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        od[i] = out->dims[i];
+        const int32_t da = i < nd - a->ndim ? 1 : a->dims[i - (nd - a->ndim)];
+        const int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
+        sa[i] = da == 1 ? 0 : stra;
+        sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        idx[i] = 0;
+    }
+    for (uint32_t o = 0; o < out->count; o++) {
+        int32_t ia = 0, ib = 0;
+        for (int i = 0; i < nd; i++) {
+            ia += idx[i] * sa[i];
+            ib += idx[i] * sb[i];
+        }
+        const int32_t va = (int32_t)ld16(xa, (size_t)ia) - a->zp, vb = (int32_t)ld16(xb, (size_t)ib) - b->zp;
+        int32_t r;
+        if (n->op == 18) {
+            r = er_mbqm((int32_t)((uint32_t)va * (uint32_t)vb), n->mult, n->shift); /* int32 product, wrapping */
+        } else {
+            const int32_t s1 = er_mbqm((int32_t)((uint32_t)va << 15), n->mult1, n->shift1);
+            const int32_t s2 = er_mbqm((int32_t)((uint32_t)vb << 15), n->mult2, n->shift2);
+            r = er_mbqm(n->op == 0 ? wadd(s1, s2) : wsub(s1, s2), n->mult, n->shift);
+        }
+        st16(y, o, (int64_t)r + out->zp, n->act_min, n->act_max);
+        for (int i = nd - 1; i >= 0; i--) {
+            if (++idx[i] < od[i]) break;
+            idx[i] = 0;
+        }
+    }
+}
+
 int er_kernel_eval(er_model *m, er_node *n) {
     switch (n->op) {
-        case 3: eval_conv(m, n); return 0;
-        case 4: eval_dwconv(m, n); return 0;
-        case 9: eval_fc(m, n); return 0;
-        case 1: case 17: eval_pool(m, n); return 0;
-        case 0: case 18: case 41: case 55: case 57: case 99: return eval_binary(m, n);
+        case 3: case 4: case 9: case 1: case 17: case 0: case 18: case 41:
+            if (tin(m, n, 0)->type == ER_TYPE_INT16) { /* 16x8 */
+                if (n->op == 3 || n->op == 4) eval_conv16(m, n, n->op == 4);
+                else if (n->op == 9) eval_fc16(m, n);
+                else if (n->op == 1 || n->op == 17) eval_pool16(m, n);
+                else eval_binary16(m, n);
+                return 0;
+            }
+            if (n->op == 3) eval_conv(m, n);
+            else if (n->op == 4) eval_dwconv(m, n);
+            else if (n->op == 9) eval_fc(m, n);
+            else if (n->op == 1 || n->op == 17) eval_pool(m, n);
+            else return eval_binary(m, n);
+            return 0;
+        case 55: case 57: case 99: return eval_binary(m, n);
         case 28: case 47: case 98: case 101: case 117:
         case 14: {
             const int8_t *x = i8in(m, n, 0);

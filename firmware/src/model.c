@@ -165,9 +165,9 @@ static int read_options(er_model *m, fb_table *opt, er_node *n) {
             break;
         case 25: n->beta = fb_f32(opt, 0, 1.0f); break;               /* SOFTMAX */
         case 2: n->axis = fb_i32(opt, 0, 0); n->act = fb_u8(opt, 1, 0); break; /* CONCATENATION */
-        case 0: case 18: n->act = fb_u8(opt, 0, 0); break;            /* ADD, MUL */
+        case 0: case 18: n->act = fb_u8(opt, 0, 0); n->flag1 = n->op == 0 && fb_u8(opt, 1, 1); break; /* ADD, MUL; ADD's pot_scale_int16 */
         case 40: case 74: case 82: n->keep_dims = fb_u8(opt, 0, 0); break; /* MEAN, SUM, REDUCE_MAX */
-        case 41: case 42: n->act = fb_u8(opt, 0, 0); break;            /* SUB, DIV */
+        case 41: case 42: n->act = fb_u8(opt, 0, 0); n->flag1 = n->op == 41 && fb_u8(opt, 1, 1); break; /* SUB, DIV; SUB's pot_scale_int16 */
         case 98: n->beta = fb_f32(opt, 0, 0.0f); break;                 /* LEAKY_RELU: alpha */
         case 45: /* STRIDED_SLICE */
             for (int k = 0; k < 5; k++) n->mask[k] = fb_i32(opt, k, 0);

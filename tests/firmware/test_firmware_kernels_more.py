@@ -19,7 +19,8 @@ from tests.support.firmware_models import op_models, sum_models
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
 NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16", "softmax_int8_to_int16")
-OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS)}
+INT16_OPS = ("conv16", "dw16", "fc16", "max_pool_2d16", "average_pool_2d16", "add16", "sub16", "mul16")
+OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS + INT16_OPS)}
 SUM_INT8, SUM_UINT8 = sum_models("int8"), sum_models("uint8")
 INVOKE_FAILED = 15  # ER_ERR_INVOKE_FAILED
 
@@ -150,6 +151,45 @@ def test_converted_float_output_classifier_with_int16_softmax(device, tmp_path):
         assert got[0].tobytes() == run_litert(model, x, reference=True)[0].tobytes()
 
 
+@pytest.mark.parametrize("name", sorted(k for k in OP_MODELS if k.startswith(INT16_OPS)))
+def test_16x8_over_the_whole_int16_range(device, name):
+    """16x8 kernels on int16 inputs across [-32768, 32767] (saturating outputs included)."""
+    model = OP_MODELS[name]
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    details = make_interpreter(model, reference=True).get_input_details()
+    rng = np.random.default_rng(12)
+    for k in range(4):
+        x = [rng.integers(-32768, 32768, size=tuple(d["shape"])).astype(np.int16) for d in details]
+        if k == 3:
+            x = [np.full(tuple(d["shape"]), v, np.int16) for d, v in zip(details, (32767, -32768))]
+        got, _ = run_with_link(device, x, info)
+        want = run_litert(model, x, reference=True)
+        host = run_edgerun(model, x)
+        assert all(g.tobytes() == w.tobytes() == h.tobytes() for g, w, h in zip(got, want, host)), (name, k)
+
+
+def _conv16_int32_bias():
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 4, 2), "int16", (0.001, 0))
+    w = b.const("w", np.ones((3, 1, 1, 2), np.int8), "int8", (0.01, 0))
+    bias = b.const("b", np.zeros(3, np.int32), "int32", (0.00001, 0))
+    y = b.tensor("y", (1, 4, 4, 3), "int16", (0.002, 0))
+    b.op("CONV_2D", [x, w, bias], [y], padding=0, stride_w=1, stride_h=1)
+    b.output(y)
+    return b.to_bytes()
+
+
+def _add16_pot():
+    b = ModelBuilder()
+    x = b.input("a", (1, 8), "int16", (0.001, 0))
+    v = b.input("b", (1, 8), "int16", (0.001, 0))
+    z = b.tensor("z", (1, 8), "int16", (0.002, 0))
+    b.op("ADD", [x, v], [z])  # pot_scale_int16 defaults to true
+    b.output(z)
+    return b.to_bytes()
+
+
 def _sum(n_out):
     b = ModelBuilder()
     x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
@@ -166,6 +206,8 @@ REFUSED = {
     "cast_int16_to_uint8": _unary("CAST", None, None, "int16", "uint8"),
     "sqrt_float32": _unary("SQRT", None, None, "float32", "float32"),
     "quantize_float32_int16": _unary("QUANTIZE", None, (0.01, 0), "float32", "int16"),
+    "conv16_int32_bias": _conv16_int32_bias(),
+    "add16_pot_scale": _add16_pot(),
 }
 
 
@@ -222,13 +264,16 @@ def run_new_ops_on_board(url: str, seeds: int = 2) -> int:
     from edgerun.deploy.serial_link import SerialLink
 
     count = 0
+    rng16 = np.random.default_rng(13)
     with SerialLink(url) as link:
         link.hello()
         for name, model in OP_MODELS.items():
             flash(model, url, link=link)
             details = make_interpreter(model, reference=True).get_input_details()
-            for seed in range(seeds):
-                x = random_inputs(details, seed=seed)
+            wide = [rng16.integers(-32768, 32768, size=tuple(d["shape"])).astype(np.int16) for d in details] \
+                if all(np.dtype(d["dtype"]) == np.int16 for d in details) else None  # the whole int16 range
+            for seed in range(seeds + (wide is not None)):
+                x = random_inputs(details, seed=seed) if seed < seeds else wide
                 got, _ = run_with_link(link, x)
                 want = run_litert(model, x, reference=True)
                 assert len(got) == len(want) and all(g.tobytes() == w.tobytes() for g, w in zip(got, want)), name

@@ -221,6 +221,7 @@ def op_models(seed: int = 0) -> dict[str, bytes]:
     models["padv2"] = b.to_bytes()
     models.update(_more_op_models(rng))
     models.update(_coverage_models(rng))
+    models.update(_int16_models(rng))
     return models
 
 
@@ -470,6 +471,65 @@ def _coverage_models(rng) -> dict[str, bytes]:
             b.op("RESHAPE", [x, y if ot == "int32" else _i32(b, "new_shape", [2, 3, 5])], [z])  # (LiteRT: int32 only)
             b.output(y, z)
             models[f"shape_{it}_{ot}"] = b.to_bytes()
+    return models
+
+
+def _int16_models(rng) -> dict[str, bytes]:
+    """16x8 (int16 activations with zero point 0, int8 weights, int64 bias), as TFLite's 16x8
+    quantization mode and edgerun's tflm promotion write them."""
+    models: dict[str, bytes] = {}
+    sx = 0.0005
+    for name, (ishape, oc, k, stride, pad, act, dw, per_channel) in {
+            "conv16_same_relu": ((1, 6, 6, 3), 4, 3, 1, 0, 1, False, True),
+            "conv16_valid_s2_per_tensor": ((1, 7, 7, 2), 3, 3, 2, 1, 0, False, False),
+            "dw16_valid_s2_mult2": ((1, 7, 7, 4), 8, 3, 2, 1, 0, True, True),
+            "dw16_same_relu6": ((1, 5, 5, 3), 3, 3, 1, 0, 3, True, True)}.items():
+        b = ModelBuilder()
+        x = b.input("x", ishape, "int16", (sx, 0))
+        fshape = (1, k, k, oc) if dw else (oc, k, k, ishape[3])
+        axis = 3 if dw else 0
+        wt, wq = _weights(rng, fshape, axis)
+        if not per_channel:
+            wq = (wq[0][:1], wq[1][:1], 0)
+        bias = rng.integers(-40000, 40000, size=oc).astype(np.int64)
+        bq = ((np.float32(sx) * np.broadcast_to(wq[0], (oc,))).astype(np.float32), np.zeros(oc, np.int64), 0)
+        osz = [(ishape[1] + stride - 1) // stride if pad == 0 else (ishape[1] - k) // stride + 1,
+               (ishape[2] + stride - 1) // stride if pad == 0 else (ishape[2] - k) // stride + 1]
+        y = b.tensor("y", (1, *osz, oc), "int16", (float(rng.uniform(0.002, 0.01)), 0))
+        opts = dict(padding=pad, stride_w=stride, stride_h=stride, fused_activation_function=act)
+        if dw:
+            opts["depth_multiplier"] = oc // ishape[3]
+        b.op("DEPTHWISE_CONV_2D" if dw else "CONV_2D", [x, b.const("w", wt, "int8", wq), b.const("b", bias, "int64", bq)],
+             [y], **opts)
+        b.output(y)
+        models[name] = b.to_bytes()
+    for name, (per_channel, bias_type) in {"fc16_per_channel": (True, "int64"), "fc16_per_tensor": (False, "int64")}.items():
+        b = ModelBuilder()
+        x = b.input("x", (3, 20), "int16", (sx, 0))
+        wt, wq = _weights(rng, (6, 20), 0)
+        if not per_channel:
+            wq = (wq[0][:1], wq[1][:1], 0)
+        bias = rng.integers(-30000, 30000, size=6).astype(bias_type)
+        bq = ((np.float32(sx) * np.broadcast_to(wq[0], (6,))).astype(np.float32), np.zeros(6, np.int64), 0)
+        y = b.tensor("y", (3, 6), "int16", (0.004, 0))
+        b.op("FULLY_CONNECTED", [x, b.const("w", wt, "int8", wq), b.const("b", bias, bias_type, bq)], [y])
+        b.output(y)
+        models[name] = b.to_bytes()
+    for op in ("MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        b = ModelBuilder()
+        x = b.input("x", (1, 7, 6, 3), "int16", (sx, 0))
+        y = b.tensor("y", (1, 4, 3, 3), "int16", (sx, 0))
+        b.op(op, [x], [y], padding=0, stride_w=2, stride_h=2, filter_width=3, filter_height=3)
+        b.output(y)
+        models[f"{op.lower()}16_same_k3s2"] = b.to_bytes()
+    for op, bshape in (("ADD", (1, 5, 5, 4)), ("ADD", (4,)), ("SUB", (4,)), ("MUL", (1, 5, 5, 4)), ("MUL", (4,))):
+        b = ModelBuilder()
+        x = b.input("a", (1, 5, 5, 4), "int16", (0.0004, 0))
+        v = b.input("b", bshape, "int16", (0.0007, 0))
+        z = b.tensor("z", (1, 5, 5, 4), "int16", (0.001 if op != "MUL" else 0.0000005, 0))
+        b.op(op, [x, v], [z], **({} if op == "MUL" else {"pot_scale_int16": False}))
+        b.output(z)
+        models[f"{op.lower()}16_b{'x'.join(map(str, bshape))}"] = b.to_bytes()
     return models
 
 
