@@ -1,0 +1,98 @@
+"""Peak memory growth of edgerun and LiteRT on one model, each in a fresh process reading the model from a file.
+
+    python tools/peak_rss.py ~/.cache/edgerun/bench_int8/pose_detection.int8.tflite
+    python tools/peak_rss.py mobilenet:1.0:224          # built here, written to a temporary file
+
+Each child imports its engine, reads the model bytes, notes its resident set (VmRSS), then
+creates the interpreter, allocates tensors and invokes five times on seeded random inputs; the
+figure is its high-water mark (VmHWM) minus that resident set. A model built in code is built in
+this parent process, so its construction does not set the children's high-water mark (in
+``tools/bench.py`` the worker builds it itself, and the builder's transient arrays can hide the
+engine's own peak). LiteRT runs its builtin kernels (XNNPACK off), one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise RuntimeError(f"{key} not in /proc/self/status")
+
+
+def child(engine: str, path: str) -> int:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    sys.path.insert(0, str(ROOT))
+    if engine == "edgerun":
+        from edgerun import Interpreter
+    else:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from edgerun.testing import random_inputs
+
+    data = Path(path).read_bytes()
+    base = _kib("VmRSS")
+    if engine == "edgerun":
+        it = Interpreter(model_content=data)
+    else:
+        it = Interpreter(model_content=data, num_threads=1,
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    details = it.get_input_details()
+    for d, x in zip(details, random_inputs(details, seed=0)):
+        it.set_tensor(d["index"], x)
+    for _ in range(5):
+        it.invoke()
+    print(_kib("VmHWM") - base)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", nargs="?", help="a .tflite path or mobilenet:ALPHA:SIZE")
+    ap.add_argument("--child", nargs=2, metavar=("ENGINE", "FILE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(*args.child)
+    if not args.model:
+        ap.error("a model is needed")
+    tmp = None
+    path = os.path.expanduser(args.model)
+    if args.model.startswith("mobilenet:"):
+        sys.path.insert(0, str(ROOT))
+        from edgerun.testing import mobilenet_v1
+
+        _, alpha, size = args.model.split(":")
+        tmp = tempfile.NamedTemporaryFile(suffix=".tflite", delete=False)
+        tmp.write(mobilenet_v1(float(alpha), int(size), classes=1000, dtype="int8"))
+        tmp.close()
+        path = tmp.name
+    try:
+        peaks = {}
+        for engine in ("edgerun", "litert"):
+            r = subprocess.run([sys.executable, __file__, "--child", engine, path],
+                               capture_output=True, text=True, check=False)
+            if r.returncode:
+                print(f"{engine}: failed: {r.stderr.strip().splitlines()[-1:]}")
+                return 1
+            peaks[engine] = int(r.stdout.split()[-1])
+    finally:
+        if tmp is not None:
+            os.unlink(tmp.name)
+    print(f"{args.model}: edgerun {peaks['edgerun']:,} KiB, LiteRT {peaks['litert']:,} KiB, "
+          f"ratio {peaks['edgerun'] / max(peaks['litert'], 1):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
