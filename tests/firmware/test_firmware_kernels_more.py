@@ -190,6 +190,42 @@ def _add16_pot():
     return b.to_bytes()
 
 
+def test_converted_16x8_model(device, tmp_path):
+    """models/digits_cnn.onnx through `edgerun convert` in 16x8 mode (activations int16: CONV_2D,
+    MAX_POOL_2D, FULLY_CONNECTED, SOFTMAX in int16): predicted, flashed and byte-identical."""
+    from pathlib import Path
+
+    from edgerun.convert.pipeline import convert
+    from edgerun.errors import EdgerunError
+    from edgerun.schema.reader import read_model
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "digits16x8.tflite"
+    try:
+        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
+                activations="int16", calib_method="minmax", use_cache=False)
+    except EdgerunError as e:
+        pytest.skip(f"converter cannot produce the model here: {e}")
+    model = out.read_bytes()
+    m = read_model(model)
+    g = m.subgraphs[0]
+    assert {m.op_code(op).builtin for op in g.operators if g.tensors[op.inputs[0]].dtype == "int16"} >= \
+        {"CONV_2D", "FULLY_CONNECTED"}
+    assert firmware_accepts(model, "mps2-an386") == []
+    flash(model, device.port, link=device)
+    info = model_info(device)
+    assert info.arena_bytes == firmware_arena_bytes(model)
+    details = make_interpreter(model, reference=True).get_input_details()
+    rng = np.random.default_rng(2)
+    for seed in range(3):
+        x = random_inputs(details, seed=seed)
+        if np.dtype(details[0]["dtype"]) == np.int16:
+            x = [rng.integers(-32768, 32768, size=tuple(details[0]["shape"])).astype(np.int16)]
+        got, _ = run_with_link(device, x, info)
+        want = run_litert(model, x, reference=True)
+        assert all(g_.tobytes() == w.tobytes() for g_, w in zip(got, want)), seed
+
+
 def _sum(n_out):
     b = ModelBuilder()
     x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
