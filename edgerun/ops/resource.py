@@ -73,10 +73,16 @@ class AssignVariable(Kernel):
         handle, value = ins
         if handle is None or value is None:
             return None
-        table, key = _table(self.ctx)[0], _key(self.ctx, handle)
+        table, key, copy = _table(self.ctx)[0], _key(self.ctx, handle), np.copyto
+        last = [None]  # the variable array this node last wrote (same shape and dtype)
 
         def call():
-            _assign(table, key, value)
+            cur = table.get(key)
+            if cur is not None and cur is last[0]:
+                copy(cur, value)
+            else:
+                _assign(table, key, value)
+                last[0] = table[key]
         return call
 
 
@@ -103,17 +109,23 @@ class ReadVariable(Kernel):
             return None
         table, _ = _table(self.ctx)
         key, copy = _key(self.ctx, handle), np.copyto
+        checked = [None]  # the variable array whose shape and dtype were last checked
 
         def call():
             try:
                 v = table[key]
             except KeyError:
                 raise self._unassigned(key) from None
-            if v.shape != out.shape:
-                raise EdgerunError(f"READ_VARIABLE produced tensor {self.ctx.op.outputs[0]} with shape "
-                                   f"{list(v.shape)}, but allocate_tensors planned {list(out.shape)} "
-                                   "(data-dependent shapes are not supported)")
-            copy(out, v, casting="unsafe")
+            if v is not checked[0]:
+                if v.shape != out.shape:
+                    raise EdgerunError(f"READ_VARIABLE produced tensor {self.ctx.op.outputs[0]} with "
+                                       f"shape {list(v.shape)}, but allocate_tensors planned "
+                                       f"{list(out.shape)} (data-dependent shapes are not supported)")
+                if v.dtype != out.dtype:
+                    copy(out, v, casting="unsafe")
+                    return
+                checked[0] = v
+            copy(out, v)
         return call
 
 
