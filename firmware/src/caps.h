@@ -17,7 +17,7 @@
     X(2, CONCATENATION, "int8>int8")                     \
     X(3, CONV_2D, "int8>int8|int16>int16")               \
     X(4, DEPTHWISE_CONV_2D, "int8>int8|int16>int16")     \
-    X(6, DEQUANTIZE, "int8>float32|int16>float32")       \
+    X(6, DEQUANTIZE, "int8>float32|int16>float32|uint8>float32") \
     X(9, FULLY_CONNECTED, "int8>int8|int16>int16")       \
     X(14, LOGISTIC, "int8>int8")                         \
     X(17, MAX_POOL_2D, "int8>int8|int16>int16")          \
@@ -31,7 +31,7 @@
     X(43, SQUEEZE, "same>same")                          \
     X(60, PADV2, "int8>int8")                            \
     X(70, EXPAND_DIMS, "same>same")                      \
-    X(114, QUANTIZE, "float32>int8|int8>int8|int8>uint8|int8>int16|int16>int8") \
+    X(114, QUANTIZE, "float32>int8|float32>int16|int8>int8|int8>uint8|uint8>int8|int8>int16|int16>int8") \
     X(5, DEPTH_TO_SPACE, "same>same")                    \
     X(26, SPACE_TO_DEPTH, "same>same")                   \
     X(28, TANH, "int8>int8")                             \

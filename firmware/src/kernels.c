@@ -390,6 +390,11 @@ static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
             er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
             return ER_OK;
         }
+        if (in->type == ER_TYPE_FLOAT32 && out->type == ER_TYPE_INT16 && out->scales.n == 1) return ER_OK;
+        if (in->type == ER_TYPE_UINT8 && in->scales.n == 1 && is_i8(out) && out->scales.n == 1) { /* uint8 -> int8 */
+            er_quantize_multiplier((double)in->scale / (double)out->scale, &n->mult, &n->shift);
+            return ER_OK;
+        }
         if ((in->type == ER_TYPE_INT16 || out->type == ER_TYPE_INT16) && in->scales.n == 1 && out->scales.n == 1) {
             /* int8 <-> int16 requantize (LiteRT: int16 -> int16 only with zero points 0) */
             if (in->type == ER_TYPE_INT16 && out->type == ER_TYPE_INT16 && (in->zp || out->zp))
@@ -409,6 +414,7 @@ static int prep_quantize(er_model *m, er_node *n, char *err, size_t errlen) {
         if (in->zp != 0) FAIL("int16 dequantization needs zero point 0");
         return ER_OK;
     }
+    if (in->type == ER_TYPE_UINT8 && in->scales.n == 1 && out->type == ER_TYPE_FLOAT32) return ER_OK;
     if (!is_i8(in) || in->scales.n != 1 || out->type != ER_TYPE_FLOAT32) UNSUP("only int8 -> float32");
     return ER_OK;
 }
@@ -1766,10 +1772,18 @@ static void eval_quantize(er_model *m, er_node *n) {
     for (uint32_t i = 0; i < in->count; i++) {
         int16_t w16 = 0;
         if (in->type == ER_TYPE_INT16) memcpy(&w16, src + 2 * (size_t)i, 2);
-        const int32_t qin = in->type == ER_TYPE_INT16 ? w16 : (int32_t)(int8_t)src[i];
+        const int32_t qin = in->type == ER_TYPE_INT16 ? w16 : (in->type == ER_TYPE_UINT8 ? (int32_t)src[i] : (int32_t)(int8_t)src[i]);
         if (n->op == 6) { /* DEQUANTIZE: (float)(double scale * (q - zp)) */
             const float v = (float)((double)in->scale * (double)(qin - in->zp));
             memcpy(dst + 4 * i, &v, 4);
+        } else if (in->type == ER_TYPE_FLOAT32 && out->type == ER_TYPE_INT16) {
+            /* round(v / s) + zp; NaN and values beyond int32 give INT32_MIN + zp (x86's conversion) */
+            float v;
+            memcpy(&v, src + 4 * (size_t)i, 4);
+            const float r = roundf(v / out->scale);
+            const int32_t q = wadd(r > -2147483648.0f && r < 2147483648.0f ? (int32_t)r : INT32_MIN, out->zp);
+            const int16_t o = (int16_t)clampi(q, -32768, 32767);
+            memcpy(dst + 2 * (size_t)i, &o, 2);
         } else if (in->type == ER_TYPE_INT16 || out->type == ER_TYPE_INT16) { /* int8 <-> int16 */
             const int32_t q = wadd(er_mbqm(qin - in->zp, n->mult, n->shift), out->zp);
             if (out->type == ER_TYPE_INT16) {
@@ -1784,10 +1798,10 @@ static void eval_quantize(er_model *m, er_node *n) {
             const int32_t q = wadd(f2i(roundf(v / out->scale)), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
         } else if (out->type == ER_TYPE_UINT8) {
-            const int32_t q = wadd(er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift), out->zp);
+            const int32_t q = wadd(er_mbqm(qin - in->zp, n->mult, n->shift), out->zp);
             dst[i] = (uint8_t)clampi(q, 0, 255);
-        } else {
-            const int32_t q = wadd(er_mbqm((int32_t)(int8_t)src[i] - in->zp, n->mult, n->shift), out->zp);
+        } else { /* int8 or uint8 -> int8 */
+            const int32_t q = wadd(er_mbqm(qin - in->zp, n->mult, n->shift), out->zp);
             dst[i] = (uint8_t)(int8_t)clampi(q, -128, 127);
         }
     }

@@ -18,7 +18,8 @@ from tests.support.firmware_models import op_models, sum_models
 
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
 
-NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16", "softmax_int8_to_int16")
+NEW_OPS = ("sqrt", "rsqrt", "div", "log_softmax", "cast", "shape", "softmax16", "softmax_int8_to_int16",
+           "quantize_uint8", "dequantize_uint8", "quantize_float32_int16")
 INT16_OPS = ("conv16", "dw16", "fc16", "max_pool_2d16", "average_pool_2d16", "add16", "sub16", "mul16")
 OP_MODELS = {k: v for k, v in op_models(5).items() if k.startswith(NEW_OPS + INT16_OPS)}
 SUM_INT8, SUM_UINT8 = sum_models("int8"), sum_models("uint8")
@@ -226,6 +227,17 @@ def test_converted_16x8_model(device, tmp_path):
         assert all(g_.tobytes() == w.tobytes() for g_, w in zip(got, want)), seed
 
 
+def test_quantize_float32_to_int16_edges(device):
+    """NaN, infinities, values beyond int32 and exact halves, as LiteRT's x86 build quantizes them."""
+    xf = np.array([[np.nan, np.inf, -np.inf, 1e30, -1e30, 0.5e-4, -0.5e-4, 1.5e-4, 6.0, -7.0, 3.2767, 0.0]], np.float32)
+    for zp in (0, 5, -7):
+        model = _unary("QUANTIZE", None, (0.0001, zp), "float32", "int16", shape=(1, 12))
+        flash(model, device.port, link=device)
+        got, _ = run_with_link(device, [xf])
+        want = run_litert(model, [xf], reference=True)[0]
+        assert got[0].tobytes() == want.tobytes() == run_edgerun(model, [xf])[0].tobytes(), zp
+
+
 def _sum(n_out):
     b = ModelBuilder()
     x = b.input("x", (1, 2, n_out), "int8", (0.1, 0))
@@ -241,7 +253,7 @@ REFUSED = {
     "cast_from_int64": _unary("CAST", None, None, "int64", "int32"),
     "cast_int16_to_uint8": _unary("CAST", None, None, "int16", "uint8"),
     "sqrt_float32": _unary("SQRT", None, None, "float32", "float32"),
-    "quantize_float32_int16": _unary("QUANTIZE", None, (0.01, 0), "float32", "int16"),
+    "quantize_float32_uint8": _unary("QUANTIZE", None, (0.01, 0), "float32", "uint8"),
     "conv16_int32_bias": _conv16_int32_bias(),
     "add16_pot_scale": _add16_pot(),
 }

@@ -455,6 +455,10 @@ def _coverage_models(rng) -> dict[str, bytes]:
         b.op("SOFTMAX", [x], [p], beta=beta)
         b.output(p)
         models[name] = b.to_bytes()
+    for name, (itype, otype, q, oq) in {"quantize_uint8_int8": ("uint8", "int8", (0.05, 131), (0.04, -3)),
+                                         "dequantize_uint8": ("uint8", "float32", (0.03, 120), None),
+                                         "quantize_float32_int16": ("float32", "int16", None, (0.0002, 0))}.items():
+        unary(name, "QUANTIZE" if name.startswith("quantize") else "DEQUANTIZE", (3, 20), q, oq, itype, otype)
     b = ModelBuilder()
     x = b.input("x", (2, 37), "int16", (0.002, 0))
     p = b.tensor("p", (2, 37), "int16", (1.0 / 32768, 0))
