@@ -64,6 +64,17 @@ def sized_models() -> dict[str, bytes]:
     b.op("DEQUANTIZE", [p], [f])
     b.output(f)
     out["QUANTIZE int16 + SOFTMAX int16 + DEQUANTIZE, 8 rows x 512"] = b.to_bytes()
+    rng = np.random.default_rng(0)
+    w = rng.integers(-127, 128, size=(16, 3, 3, 16)).astype(np.int8)
+    for dtype, q, bias_type in (("int8", (0.05, 3), "int32"), ("int16", (0.0005, 0), "int64")):
+        b = ModelBuilder()  # 3x3 conv, 16 -> 16 channels on 16x16 (36,864 MACs): the DSP path vs 16x8's plain loop
+        x = b.input("x", (1, 16, 16, 16), dtype, q)
+        y = b.tensor("y", (1, 16, 16, 16), dtype, (q[0] * 20, 0))
+        bias = b.const("b", np.zeros(16, bias_type), bias_type, (np.full(16, q[0] * 0.01, np.float32), np.zeros(16, np.int64), 0))
+        b.op("CONV_2D", [x, b.const("w", w, "int8", (np.full(16, 0.01, np.float32), np.zeros(16, np.int64), 0)), bias],
+             [y], padding=0, stride_w=1, stride_h=1)
+        b.output(y)
+        out[f"CONV_2D 3x3 16->16 on 16x16, {'int8' if dtype == 'int8' else '16x8'}"] = b.to_bytes()
     b = ModelBuilder()
     x = b.input("x", (8, 512), "int8", (0.05, 3))
     y = b.tensor("y", (8,), "int8", (2.0, 0))
