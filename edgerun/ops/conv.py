@@ -226,7 +226,7 @@ class Conv2D(BoundOutput, Kernel):
     #: float32 copies of int8 filters up to this size are kept (fast small layers); larger ones
     #: are widened per eval from the int8 model buffer into bounded scratch, in blocks of
     #: output channels of about ``WIDEN_BYTES``
-    KEEP_FLOAT_BYTES = 16 * 1024
+    KEEP_FLOAT_BYTES = 128 * 1024
     WIDEN_BYTES = 1 << 19
     #: ... but only when the layer has this many output pixels: the widening (about 0.4 ns a
     #: weight) then costs at most about half of the GEMM it feeds; with fewer pixels (a GEMV
