@@ -135,6 +135,11 @@ class _PaddedInput:
     #: palm detection shrink from 1.9 to 0.5 MB
     OWN_BYTES = 64 * 1024
 
+    def keeps(self, xp: np.ndarray, x: np.ndarray) -> bool:
+        """Whether a view of ``xp`` (this call's result for input ``x``) may be cached: the
+        kernel's own padded buffer, or the input itself (unpadded), never a shared scratch buffer."""
+        return xp is self.own or xp is x
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.own is not None:
             np.copyto(self.inner, x, casting="unsafe")
@@ -309,7 +314,7 @@ class Conv2D(BoundOutput, Kernel):
             view = self._view[1]
         else:
             view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
-            if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+            if self.pad.keeps(xp, x):  # never keep a view of a shared scratch buffer alive
                 self._view = (xp, view)
         bh = max(1, rows // ow)  # output rows per GEMM
         rq = max(bh, self.ACC_VALUES // (ow * o) // bh * bh) if together else bh  # ... per requantization
@@ -343,7 +348,7 @@ class Conv2D(BoundOutput, Kernel):
                 view = self._view[1]
             else:
                 view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
-                if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+                if self.pad.keeps(xp, x):  # never keep a view of a shared scratch buffer alive
                     self._view = (xp, view)
             buf = scratch("conv.cols", view.shape, np.float32)
             np.copyto(buf, view)
@@ -467,13 +472,13 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     #: fewer channels make einsum's inner loop too short, so the tap loop stays
     COLS_MIN_CHANNELS = 16
 
-    def _eval_int8_cols(self, xp: np.ndarray) -> np.ndarray:
+    def _eval_int8_cols(self, xp: np.ndarray, x: np.ndarray) -> np.ndarray:
         kh, kw, _, _, _, _, oh, ow = self.geom
         n, _, _, oc = self.out_shape
         out = self._out
         if out is None or out.shape != self.out_shape:
             out = np.empty(self.out_shape, np.int8)
-        view = self._windows(xp)  # (N, OH, OW, KH, KW, C)
+        view = self._windows(xp, x)  # (N, OH, OW, KH, KW, C)
         taps = kh * kw
         wf = self.wf.reshape(taps, oc)
         bh = max(1, self.ACC_BYTES // (np.dtype(self.dtype).itemsize * ow * taps * oc))  # rows per einsum
@@ -491,15 +496,16 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                 self.requant(acc, self.bias, out=out[b, y0:y0 + nr].reshape(nr * ow, oc))
         return out
 
-    def _windows(self, xp: np.ndarray) -> np.ndarray:
-        """The 6-D window view of ``xp``, cached for the kernel's own padded buffer."""
+    def _windows(self, xp: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The 6-D window view of ``xp`` (padded from input ``x``), cached for the kernel's own
+        padded buffer or the unpadded input itself (as_strided costs a few microseconds)."""
         if self._view[0] is xp:
             return self._view[1]
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, c = xp.shape
         s0, s1, s2, s3 = xp.strides
         v = as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
-        if xp is self.pad.own:  # never keep a view of a shared scratch buffer alive
+        if self.dm == 1 and self.pad.keeps(xp, x):  # never keep a view of a shared scratch buffer alive
             self._view = (xp, v)
         return v
 
@@ -511,7 +517,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         if self.einsum:
             # einsum runs faster on a contiguous copy of the windows than on the strided view
             # (25x5x64 3x3: 23 instead of 35 us), whatever the channel count
-            view = self._windows(xp)
+            view = self._windows(xp, x)
             cols = scratch("dw.cols", view.shape, self.dtype)
             np.copyto(cols, view)
             n, oh, ow, kh, kw, oc = view.shape
@@ -527,7 +533,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                 np.copyto(o2, res)
             return [out]
         if self.quantized and self.out_shape[3] >= self.COLS_MIN_CHANNELS:
-            return [self._eval_int8_cols(xp)]
+            return [self._eval_int8_cols(xp, x)]
         sh, sw = self.strides
         planes = {}
         for (py, px), shape in self.planes.items():

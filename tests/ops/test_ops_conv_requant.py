@@ -154,3 +154,28 @@ def test_mobilenet_int8_bit_exact_with_float32_requantization(monkeypatch):
     calls = _spy_fast_calls(monkeypatch)
     compare_with_litert(mobilenet_v1(0.5, 128, classes=100, dtype="int8"), seed=1)
     assert sum(mode is not None for mode in calls) >= 10
+
+
+@pytest.mark.parametrize("reals", [[1e-3, 2e-3, 5e-4], [0.3, 0.45, 0.26], [0.06, 0.09, 0.1], [0.6, 0.99, 0.51],
+                                   [1.3, 3.7, 2.0], [1e-5, 3e-6, 2e-4], [0.0, 0.01, 0.02]])
+@pytest.mark.parametrize("zp,qmin,qmax", [(-128, -128, 127), (-3, -128, 127), (77, 77, 127), (127, -50, 60)])
+def test_threshold_table_every_accumulator(reals, zp, qmin, qmax):
+    """The closed-form threshold table of tiny requantizations (one searchsorted over every
+    channel's least accumulator per output level): every accumulator in range, including right
+    shifts of 1, none, left shifts and a zero multiplier, equals the reference; and a call of at
+    most TABLE_MAX values goes through it."""
+    c = len(reals)
+    m, shift = quantize_multipliers(reals)
+    bias = np.array([-2345, 17, 2999], np.int64)
+    span = min(int(400 / max(min(r for r in reals if r > 0), 1e-4)), 300000) + 50
+    r = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=float(span))
+    table = r._table(bias, c)
+    assert table is not None
+    acc = np.repeat(np.arange(-span, span + 1, dtype=np.int64)[:, None], c, axis=1)
+    want = _reference(acc + bias, m, shift, zp, qmin, qmax)
+    assert np.array_equal(r._table_call(acc.astype(np.float32), table, None), want)
+    calls = []
+    r._table_call = lambda a, t, o, orig=r._table_call: calls.append(1) or orig(a, t, o)
+    small = acc[::max(1, len(acc) // 40)][:40]
+    assert np.array_equal(r(small.astype(np.float32), bias), _reference(small + bias, m, shift, zp, qmin, qmax))
+    assert calls
