@@ -2160,7 +2160,7 @@ static void eval_conv16(er_model *m, er_node *n, int depthwise) {
                             }
                         }
                     }
-                    acc += bias64(bt, oc);
+                    acc = (int64_t)((uint64_t)acc + (uint64_t)bias64(bt, oc)); /* wraps like LiteRT's int64 sum */
                     st16(y, ((size_t)(b * OH + oy) * OW + ox) * OC + oc, mbqm64(acc, n->pc_mult[oc], n->pc_shift[oc]),
                          n->act_min, n->act_max);
                 }
@@ -2175,9 +2175,10 @@ static void eval_fc16(er_model *m, er_node *n) {
     const int32_t units = f->dims[0], depth = f->dims[1], batches = (int32_t)(in->count / (uint32_t)depth);
     for (int32_t b = 0; b < batches; b++)
         for (int32_t u = 0; u < units; u++) {
-            int64_t acc = bias64(bt, u);
+            int64_t acc = 0;
             for (int32_t d = 0; d < depth; d++)
                 acc += (int64_t)ld16(x, (size_t)b * depth + d) * ((int32_t)w[(size_t)u * depth + d] - n->left_shift);
+            acc = (int64_t)((uint64_t)acc + (uint64_t)bias64(bt, u)); /* a hostile bias wraps, no UB */
             /* LiteRT's reference FC requantizes 16x8 in double too, half away from zero */
             const double v = round((double)acc * n->feff[u]);
             st16(y, (size_t)b * units + u, v > 32767.0 ? 32767 : (v < -32768.0 ? -32768 : (int64_t)v), n->act_min, n->act_max);
