@@ -222,6 +222,12 @@ class Conv2D(BoundOutput, Kernel):
             # when it fits one chunk, float64 chunks otherwise); it lets the requantizer skip
             # the int32 wrap-around of acc + bias when that cannot happen
             self.requant.acc_bound = float(kh * kw * ci * 128 * maxw)
+            m, k = n * oh * ow, kh * kw * ci
+            self.tiny = None
+            if (g == 1 and self.w8 is None and k <= self.chunk
+                    and m * max(k, o) <= min(self.TINY_VALUES, self.COLS_BYTES // 4)):
+                # own column and accumulator buffers: eval is one copy, one GEMM, one requantization
+                self.tiny = (np.empty((m, k), np.float32), np.empty((m, o), np.float32))
         else:
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)
@@ -282,7 +288,39 @@ class Conv2D(BoundOutput, Kernel):
     def _matmul(self, a, wm, out=None):
         return exact_int_matmul(a, wm, self.chunk, out) if self.quantized else np.matmul(a, wm, out=out)
 
+    #: int8 layers whose im2col columns and accumulators hold at most this many values each run
+    #: on their own small buffers, without the block loops (their fixed cost is most of a
+    #: 1-pixel convolution's time)
+    TINY_VALUES = 4096
+    tiny = None
+
+    def _eval_int8_tiny(self, x):
+        cols, acc = self.tiny
+        out = self._out
+        if out is None or out.shape != self.out_shape:
+            out = np.empty(self.out_shape, np.int8)
+        if self.pointwise:
+            np.copyto(cols, x.reshape(cols.shape), casting="unsafe")
+        else:
+            xp = self.pad(x)
+            if self._view[0] is xp:
+                view = self._view[1]
+            else:
+                kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+                view = _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow)
+                if self.pad.keeps(xp, x):
+                    self._view = (xp, view)
+            np.copyto(cols.reshape(view.shape), view, casting="unsafe")
+        np.matmul(cols, self.wmats[0], out=acc)
+        o2 = out.reshape(acc.shape)
+        res = self.requant(acc, self.bias, out=o2)
+        if res is not o2:
+            np.copyto(o2, res)
+        return [out]
+
     def _eval_int8_blocks(self, x):
+        if self.tiny is not None:
+            return self._eval_int8_tiny(x)
         self._widened = False
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
