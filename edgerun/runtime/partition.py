@@ -203,7 +203,7 @@ def plan(model, graph_index: int, nodes: list[int], delegates: list[Delegate], *
                 dec[n] = Support.no(str(e))
         dec = d.restrict(list(nodes), succs, dec, ctxs)
         eligible = {n for n, s in dec.items() if s.ok and n not in claimed}
-        groups = group_nodes(nodes, preds, succs, eligible, fixed)
+        groups = getattr(d, "group_nodes", group_nodes)(nodes, preds, succs, eligible, fixed)
         mn = max(1, d.options.min_nodes_per_partition)
         small = [g for g in groups if len(g) < mn]
         groups = [g for g in groups if len(g) >= mn]

@@ -29,9 +29,13 @@ def test_rpi_json(cnn, capsys):
     rc, rep = _json(capsys, ["check", str(cnn), "--target", "rpi", "--json"])
     assert rc == 0
     assert rep["target"] == "rpi:rpi4" and [d["name"] for d in rep["delegates"]] == ["xnnpack"]
-    assert [p["delegate"] for p in rep["partitions"]] == ["xnnpack"]
-    assert rep["fallback"] == [{"node": 8, "op": "SOFTMAX", "dtype": "int8", "edgerun_kernel": True,
-                                "reasons": {"xnnpack": "SOFTMAX/int8: xnnpack takes SOFTMAX only as float32"}}]
+    # int8 AVERAGE_POOL_2D and SOFTMAX are not LiteRT XNNPACK's (tests/delegates/test_xnnpack_conformance.py)
+    assert [p["delegate"] for p in rep["partitions"]] == ["xnnpack", "xnnpack"]
+    assert rep["fallback"] == [
+        {"node": 5, "op": "AVERAGE_POOL_2D", "dtype": "int8", "edgerun_kernel": True,
+         "reasons": {"xnnpack": "AVERAGE_POOL_2D/int8: xnnpack takes AVERAGE_POOL_2D only as float32"}},
+        {"node": 8, "op": "SOFTMAX", "dtype": "int8", "edgerun_kernel": True,
+         "reasons": {"xnnpack": "SOFTMAX/int8: xnnpack takes SOFTMAX only as float32"}}]
     assert rep["coverage"]["macs_pct"] == 100.0 and "memory" not in rep
 
 

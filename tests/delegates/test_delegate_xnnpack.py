@@ -28,7 +28,8 @@ def test_available_here():
 def test_int8_cnn_within_one_lsb(seed):
     m = small_cnn(seed=seed + 20)
     it, got, want = _both(m, seed)
-    assert len(it.partitions) == 1 and len(it.partitions[0].nodes) == 8
+    # int8 AVERAGE_POOL_2D splits it as in LiteRT's XNNPACK (which takes no int8 average pooling)
+    assert [len(p.nodes) for p in it.partitions] == [5, 2]
     assert_close(got, want, max_lsb=1)
 
 
@@ -49,7 +50,7 @@ def _int8_branches():
 def test_int8_branches_within_one_lsb(seed):
     m = _int8_branches()
     it, got, want = _both(m, seed)
-    assert coverage(it)["ops_pct"] == 100.0
+    assert [f["op"] for f in coverage(it)["fallback"]] == ["AVERAGE_POOL_2D"]  # int8: not XNNPACK's
     assert_close(got, want, max_lsb=1)
 
 
