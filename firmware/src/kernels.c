@@ -36,6 +36,7 @@ static int32_t srdhm(int32_t a, int32_t b) {
 }
 
 static int32_t rdbpot(int32_t x, int32_t e) {
+    if (e >= 32) return 0; /* any int32 divided by 2^32 or more rounds to 0 (a hostile RSQRT scale gets here) */
     int32_t mask = (int32_t)(((int64_t)1 << e) - 1);
     int32_t rem = x & mask;
     int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
