@@ -82,6 +82,13 @@ class _Reshaping(Kernel):
         """The invoke plan's bound call: one copy of the input, viewed in the output's shape."""
         return _bound_copy(ins[0] if ins else None, outs[0], self.out_shape)
 
+    def view_of(self, x: np.ndarray) -> np.ndarray | None:
+        """The output as a view of input ``x`` (the invoke plan may hand it to the next step)."""
+        try:
+            return np.reshape(x, self.out_shape)
+        except ValueError:
+            return None
+
 
 @register("RESHAPE", *_SHAPE_DTYPES, "int16", "bool")
 class Reshape(_Reshaping):
@@ -563,6 +570,16 @@ class StridedSlice(Kernel):
         if self.slices is None or x is None or not x.size or any(i is None for i in ins[1:]):
             return None
         return _bound_copy(np.reshape(x, self.eff_shape)[self.slices], outs[0], self.out_shape)
+
+    def view_of(self, x: np.ndarray) -> np.ndarray | None:
+        """The output as a view of input ``x`` (basic slices only; the invoke plan checks that it
+        is a contiguous view before it hands it to the next step)."""
+        if self.slices is None or not x.size:
+            return None
+        try:
+            return np.reshape(np.reshape(x, self.eff_shape)[self.slices], self.out_shape)
+        except ValueError:
+            return None
 
     def eval(self, inputs):
         x = np.reshape(inputs[0], self.eff_shape)

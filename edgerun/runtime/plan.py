@@ -20,6 +20,11 @@ building, dict lookups or dtype checks. A kernel takes part through three option
 * ``compile(ins, outs)``: returns a zero-argument callable that does the node's work on the
   given input arrays (None: omitted, or rebound at run time) into the given output views (None:
   no fixed buffer), or None when the kernel cannot bind them (the ``eval`` wrapper is used).
+* ``view_of(x)``: the node's output as a view of its input array (RESHAPE, SQUEEZE, EXPAND_DIMS,
+  STRIDED_SLICE with basic slices). When the only reader of that output is the very next step,
+  the step leaves the plan and the reader gets the view, provided it is C-contiguous, really
+  shares the input's memory and does not overlap any of the reader's outputs (the input's arena
+  buffer may be handed to the reader's outputs, since its lifetime ended at the view step).
 * ``constant_outputs``: a list of arrays computed in ``prepare`` that are the node's outputs at
   every invoke (VAR_HANDLE's handle): they are stored once and the step leaves the plan.
 
@@ -46,6 +51,24 @@ def _table_of(st: Step, known) -> np.ndarray | None:
     if not st.inputs or st.inputs[0] < 0 or any(i >= 0 and i not in known for i in st.inputs[1:]):
         return None
     return t
+
+
+def _view_for_next(st: Step, ins, nxt: Step, vals, readers, keep, rebound) -> np.ndarray | None:
+    """The view ``st`` may hand to ``nxt`` instead of running (see ``view_of`` above), or None."""
+    hook = getattr(st.kernel, "view_of", None)
+    if hook is None or st.fn is None or st.dtype == "delegate" or len(st.outputs) != 1 or ins[0] is None:
+        return None
+    o = st.outputs[0]
+    if readers.get(o, 0) != 1 or o in keep or o in rebound or o not in nxt.inputs or nxt.dtype == "delegate":
+        return None
+    x, y = ins[0], vals[o]
+    view = hook(x)
+    if (view is None or y is None or view.shape != y.shape or view.dtype != y.dtype
+            or not view.flags.c_contiguous or not np.shares_memory(view, x)):
+        return None
+    if any(vals[p] is not None and np.may_share_memory(vals[p], view) for p in nxt.outputs):
+        return None
+    return view
 
 
 def _float_elementwise(st: Step, vals) -> bool:
@@ -133,6 +156,7 @@ def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list
 
     calls: list[Callable[[], None]] = []
     names: list[str] = []
+    alias: dict[int, np.ndarray] = {}  # tensors a skipped view step hands to the next step
     k = 0
     while k < len(steps):
         st = steps[k]
@@ -140,7 +164,12 @@ def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list
         if id(st) in static:
             continue
         fixed = not any(i in rebound for i in st.inputs if i >= 0)
-        ins = [vals[i] if i >= 0 else None for i in st.inputs] if fixed else None
+        ins = [alias.get(i, vals[i]) if i >= 0 else None for i in st.inputs] if fixed else None
+        if fuse and ins is not None and k < len(steps):
+            view = _view_for_next(st, ins, steps[k], vals, readers, keep, rebound)
+            if view is not None:
+                alias[st.outputs[0]] = view
+                continue
         outs = [None if o in rebound else vals[o] for o in st.outputs]
         call = None
         table = _table_of(st, known) if fixed else None

@@ -253,8 +253,10 @@ def _state_model() -> bytes:
 
 def test_streaming_state_steps_bound_and_var_handle_leaves_the_plan():
     data = _state_model()
-    assert _names(data) == ["CALL_ONCE", "READ_VARIABLE", "CONCATENATION", "STRIDED_SLICE",
-                            "ASSIGN_VARIABLE"]
+    # STRIDED_SLICE hands ASSIGN_VARIABLE a view of the concatenation instead of copying
+    assert _names(data) == ["CALL_ONCE", "READ_VARIABLE", "CONCATENATION", "ASSIGN_VARIABLE"]
+    assert _names(data, experimental_preserve_all_tensors=True) == [
+        "CALL_ONCE", "READ_VARIABLE", "CONCATENATION", "STRIDED_SLICE", "ASSIGN_VARIABLE"]
     lt = make_interpreter(data, reference=True)
     lt.allocate_tensors()
     er = Interpreter(model_content=data)
@@ -273,6 +275,40 @@ def test_streaming_state_steps_bound_and_var_handle_leaves_the_plan():
     er.set_tensor(er.get_input_details()[0]["index"], np.full((1, 1, 4), 9, np.int8))
     er.invoke()
     np.testing.assert_array_equal(er.get_tensor(er.get_output_details()[0]["index"])[0, :, 0], [0, 0, 0, 9])
+
+
+def test_view_steps_hand_views_only_when_contiguous_and_disjoint():
+    """STRIDED_SLICE with a stride (not a contiguous view) stays a copy; the RESHAPE after it
+    hands its view to RELU (the slice is a model output, so RELU's output cannot take its
+    buffer); without the second output RELU's output may reuse it and RESHAPE stays a copy.
+    Results equal LiteRT's and the unfused steps'."""
+    b = ModelBuilder()
+    x = b.input("x", (1, 4, 6), "int8", (0.05, 1))
+    s = b.tensor("s", (1, 2, 6), "int8", (0.05, 1))
+    r = b.tensor("r", (2, 6), "int8", (0.05, 1))
+    y = b.tensor("y", (2, 6), "int8", (0.04, -3))
+    b.op("STRIDED_SLICE", [x, b.const("b", np.array([0, 0, 0], np.int32)),
+                           b.const("e", np.array([1, 4, 6], np.int32)),
+                           b.const("st", np.array([1, 2, 1], np.int32))], [s])
+    b.op("RESHAPE", [s, b.const("shape", np.array([2, 6], np.int32))], [r])
+    b.op("RELU", [r], [y])
+    b.output(y, s)
+    data = b.to_bytes()
+    assert _names(data) == ["STRIDED_SLICE", "RELU"]
+    xv = np.resize(ALL_INT8[::5], (1, 4, 6))
+    got = _run(data, [xv])
+    for g, w, u in zip(got, _litert(data, [xv]), _run(data, [xv], experimental_preserve_all_tensors=True)):
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g, u)
+    b.model.subgraphs[0].outputs = [y]
+    data = b.to_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    runner = it._runner(0)
+    relu_out = runner.values[y]
+    if np.may_share_memory(relu_out, runner.values[s]):
+        assert runner.call_names == ["STRIDED_SLICE", "RESHAPE", "RELU"]
+    np.testing.assert_array_equal(_run(data, [xv])[0], _litert(data, [xv])[0])
 
 
 def test_read_variable_before_any_assign_is_one_edgerun_error():
