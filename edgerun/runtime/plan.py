@@ -112,7 +112,10 @@ TRANSLATE_MIN = 4096
 
 
 def _take(table: np.ndarray, x: np.ndarray, out: np.ndarray) -> Callable[[], None] | None:
-    """``out[...] = table[x as uint8]`` as one bound ``take``; None when the arrays do not fit."""
+    """``out[...] = table[x as uint8]`` as one bound ``take``; None when the arrays do not fit.
+
+    ``out`` may overlap ``x``: ``take`` first converts the uint8 indices to a new intp array and
+    the ``translate`` path reads a ``tobytes`` copy, so every index is read before any write."""
     if (x.dtype.itemsize != 1 or x.shape != out.shape or out.dtype != table.dtype
             or not out.flags.c_contiguous or table.size != 256):
         return None
@@ -182,6 +185,8 @@ def compile_plan(runner: SubgraphRunner) -> tuple[list[Callable[[], None]], list
                 if (not nxt.inputs or nxt.inputs[0] != mid or readers.get(mid, 0) != 1 or mid in keep
                         or mid in rebound or nxt.outputs[0] in rebound):
                     break
+                # (the output may take the input's arena buffer, whose lifetime ended at the first
+                # step: harmless, the lookups read their indices from a converted copy, see _take)
                 t2 = _table_of(nxt, known) if table.dtype.itemsize == 1 else None
                 if t2 is not None:
                     table = t2[table.view(np.uint8)]
