@@ -145,3 +145,12 @@ class CallOnce(Kernel):
             interp.called_once.add(self.index)
             interp.run_subgraph(self.index)
         return []
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call: one set membership test once the init subgraph ran."""
+        done, index, run = self.ctx.runtime.interp.called_once, self.index, self.eval
+
+        def call():
+            if index not in done:
+                run([])
+        return call
