@@ -439,6 +439,9 @@ def _requant_bounded_class():
         #: at most this many accumulators (and channels) take the threshold table: one
         #: searchsorted costs 50-100 ns a value, against the int64 path's ~10 us per call
         TABLE_MAX = 128
+        #: ... and at most this many thresholds (128 KB): a model's tables must stay in the
+        #: core's cache (see FullyConnected.TABLE_THRESHOLDS)
+        TABLE_THRESHOLDS = 16384
         #: channel c's thresholds and accumulators are shifted by c * 2^26 (|acc + bias| < 2^24)
         TABLE_STRIDE = float(1 << 26)
 
@@ -456,7 +459,8 @@ def _requant_bounded_class():
             if hit is not None and hit[0] is bias:
                 return hit[1]
             table = None
-            p = self._channel_params(bias, c) if c <= self.TABLE_MAX else None
+            fits = c * (self.qmax - self.qmin) <= self.TABLE_THRESHOLDS
+            p = self._channel_params(bias, c) if c <= self.TABLE_MAX and fits else None
             if p is not None and p[6] < FLOAT32_EXACT and int(p[1].max(initial=0)) <= 20:
                 m2, right, b, bmax = p[0], p[1][:, None], p[2], p[6]
                 levels = np.arange(self.qmin + 1, self.qmax + 1, dtype=np.int64)[None, :]  # L levels

@@ -198,3 +198,30 @@ def test_conv_int8_tiny_layers_match_litert(monkeypatch, spec_args):
     for seed in range(3):  # the cached window view of the input is reused across invokes
         spec.run_int8(seed=seed, act=RELU if seed == 2 else 0)
     assert tiny
+
+
+@pytest.mark.parametrize("per_channel,act,w_zp", [(True, 0, 0), (True, RELU, 0), (False, 0, 7), (False, RELU6, 0)])
+def test_fully_connected_threshold_table_every_accumulator(monkeypatch, per_channel, act, w_zp):
+    """int8 FULLY_CONNECTED's threshold table (batch-1 layers of up to 128 units) against the
+    kernel's own double-precision requantization for every accumulator the layer can produce,
+    and the layer against LiteRT's reference kernel through the table."""
+    from edgerun.ops.fully_connected import FullyConnected
+    from edgerun.ops.common import round_half_away
+    from tests.ops.test_ops_matmul import _run_fc_int8  # helper only
+
+    kernels = []
+    orig = FullyConnected.prepare
+    monkeypatch.setattr(FullyConnected, "prepare", lambda self: kernels.append(self) or orig(self))
+    rng = np.random.default_rng(4)
+    wf = rng.normal(0, 0.5, (24, 3)).astype(np.float32)  # 24 units x 255 levels: under TABLE_THRESHOLDS
+    bf = rng.normal(0, 0.3, 24).astype(np.float32)
+    _run_fc_int8((1, 3), wf, bf, (1, 24), act=act, per_channel=per_channel, w_zp=w_zp)
+    k = [kn for kn in kernels if kn.quantized][-1]
+    assert k.fast and k._table  # built by the LiteRT comparison's invoke
+    offsets, thresholds, sub = k._table
+    xs = np.arange(-k.acc_limit - 2, k.acc_limit + 3, dtype=np.float64)[:, None]  # acc + bias
+    acc = xs - k.bias_f
+    got = np.searchsorted(thresholds, (acc + offsets).reshape(-1), side="right").reshape(acc.shape) - sub
+    want = np.clip(round_half_away(xs * np.broadcast_to(k.eff, (24,))) + k.y_zp, k.lo, k.hi)
+    assert np.array_equal(got, want)
+    assert len(np.unique(want)) > 100
