@@ -104,7 +104,10 @@ def test_int8_depth_to_space_converts(tmp_path):
         it.set_tensor(it.get_input_details()[0]["index"], x)
         it.invoke()
         outs.append(it.get_tensor(it.get_output_details()[0]["index"]).copy())
-    assert np.array_equal(outs[0], outs[1])
+    # edgerun follows LiteRT's reference kernels; the optimized CONV_2D LiteRT runs here (its
+    # reference resolver has no DEPTH_TO_SPACE version 2) may round an output 1 LSB off them
+    d = np.abs(outs[0].astype(np.int16) - outs[1])
+    assert d.max() <= 1 and np.count_nonzero(d) <= d.size // 100, (d.max(), np.count_nonzero(d))
 
 
 def test_tiny_weight_channel_with_large_bias_keeps_its_bias(tmp_path):
