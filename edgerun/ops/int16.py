@@ -1,7 +1,9 @@
 """16x8 kernels (int16 activations, int8 weights): TFLite's 16x8 quantization mode.
 
 Activations are int16 symmetric (zero point 0), weights int8 symmetric (per channel or per
-tensor), bias int64 (int32 accepted). The reference kernels (``reference_integer_ops`` templates
+tensor), bias int64. An int32 bias is refused: LiteRT 2.3 reads a 16x8 layer's bias as int64 whatever
+its type (an int32 buffer is read past its end, outputs tens of thousands of LSB off), so no kernel
+can agree with it, and the firmware and ``check --target mcu`` refuse it too. The reference kernels (``reference_integer_ops`` templates
 instantiated for int16 input) accumulate in int64 and requantize with the int64 form of
 MultiplyByQuantizedMultiplier, which first rounds the Q0.31 multiplier to Q0.15::
 
@@ -41,8 +43,8 @@ def _check_16x8(ctx, x_i: int, w_i: int, b_i: int) -> None:
         raise ctx.fail(f"int16 input needs int8 weights (16x8), got {w.dtype}")
     if y.dtype != "int16":
         raise ctx.fail(f"int16 input with a {y.dtype} output is not supported")
-    if b is not None and b.dtype not in ("int64", "int32"):
-        raise ctx.fail(f"16x8 op needs an int64 (or int32) bias, got {b.dtype}")
+    if b is not None and b.dtype != "int64":
+        raise ctx.fail(f"16x8 op needs an int64 bias, got {b.dtype} (LiteRT reads a 16x8 bias as int64 whatever its type)")
     for t in (x, y):
         _, zp = qparams(t)
         if zp != 0:

@@ -209,3 +209,27 @@ def test_int16_add_with_pot_scales_is_refused():
     b.output(out)
     with pytest.raises(EdgerunError, match="pot_scale_int16"):
         run_edgerun(b.to_bytes(), [np.zeros(4, np.int16)] * 2)
+
+
+@pytest.mark.parametrize("op", ["FULLY_CONNECTED", "CONV_2D"])
+def test_16x8_int32_bias_refused_because_litert_reads_it_as_int64(op):
+    """An int32 bias on a 16x8 layer has no agreed meaning: LiteRT reads it as int64 (its output is
+    thousands of LSB from both readings of the int32 values), so edgerun refuses the model."""
+    rng = np.random.default_rng(5)
+    if op == "FULLY_CONNECTED":
+        wf, xs, ys, opts = rng.normal(0, 0.3, (24, 40)).astype(np.float32), (3, 40), (3, 24), {}
+    else:
+        wf, xs, ys = rng.normal(0, 0.3, (8, 3, 3, 4)).astype(np.float32), (1, 6, 6, 4), (1, 4, 4, 8)
+        opts = {"padding": Padding.VALID, "stride_w": 1, "stride_h": 1}
+    bf = rng.normal(0, 0.5, wf.shape[0]).astype(np.float32)
+    xq = rng.integers(-32767, 32768, xs).astype(np.int16)
+    kw = dict(dtype="int16", x_scale=3 / 32767, y_scale=0.0005, **opts)
+    m32 = _build(op, xs, wf, bf, 0, ys, bias_dtype="int32", **kw)
+    from edgerun.litert import interpreter_module
+    if interpreter_module().__name__.startswith("ai_edge_litert"):  # the armhf lane's tflite-runtime 2.14 differs
+        litert = run_litert(m32, [xq])[0].astype(np.int64)
+        as_int64 = run_edgerun(_build(op, xs, wf, bf, 0, ys, bias_dtype="int64", **kw), [xq])[0].astype(np.int64)
+        no_bias = run_edgerun(_build(op, xs, wf, bf * 0, 0, ys, bias_dtype="int64", **kw), [xq])[0].astype(np.int64)
+        assert np.abs(litert - as_int64).max() > 100 and np.abs(litert - no_bias).max() > 100
+    with pytest.raises(EdgerunError, match="int64 bias"):
+        run_edgerun(m32, [xq])
