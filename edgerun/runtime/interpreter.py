@@ -537,6 +537,12 @@ class Interpreter:
         interpreter's own (read them, do not change them)."""
         return list(self._runner(subgraph_index).steps)
 
+    def plan_calls(self, subgraph_index: int = 0) -> list[str]:
+        """The names of the compiled invoke plan's calls, in order (after ``allocate_tensors``):
+        composed table chains show as one name (``LOGISTIC+QUANTIZE``), steps that became views
+        or constants are absent."""
+        return list(self._runner(subgraph_index).call_names)
+
     def folded_nodes(self, subgraph_index: int = 0) -> list[tuple[str, str]]:
         """(op, dtype) of the nodes ``allocate_tensors`` evaluated once as constants."""
         return list(self._runner(subgraph_index).folded)
