@@ -73,9 +73,8 @@ def main() -> int:
         from edgerun.testing import mobilenet_v1
 
         _, alpha, size = args.model.split(":")
-        tmp = tempfile.NamedTemporaryFile(suffix=".tflite", delete=False)
-        tmp.write(mobilenet_v1(float(alpha), int(size), classes=1000, dtype="int8"))
-        tmp.close()
+        with tempfile.NamedTemporaryFile(suffix=".tflite", delete=False) as tmp:
+            tmp.write(mobilenet_v1(float(alpha), int(size), classes=1000, dtype="int8"))
         path = tmp.name
     try:
         peaks = {}

@@ -250,9 +250,8 @@ class Conv2D(BoundOutput, Kernel):
         if not (self.quantized and self.groups == 1 and wdata.dtype == np.int8):
             return False
         size = k * o * 4
-        if size <= self.KEEP_FLOAT_BYTES or (rows < self.WIDEN_MIN_ROWS and size <= self.KEEP_FLOAT_BYTES_FEW_ROWS):
-            return False
-        return True
+        return not (size <= self.KEEP_FLOAT_BYTES
+                    or (rows < self.WIDEN_MIN_ROWS and size <= self.KEEP_FLOAT_BYTES_FEW_ROWS))
 
     def _gemm(self, cols: np.ndarray, acc: np.ndarray) -> np.ndarray:
         """``cols @ filter`` (int8 path) into ``acc`` (M, O), exact in float32."""

@@ -205,8 +205,8 @@ def test_fully_connected_threshold_table_every_accumulator(monkeypatch, per_chan
     """int8 FULLY_CONNECTED's threshold table (batch-1 layers of up to 128 units) against the
     kernel's own double-precision requantization for every accumulator the layer can produce,
     and the layer against LiteRT's reference kernel through the table."""
-    from edgerun.ops.fully_connected import FullyConnected
     from edgerun.ops.common import round_half_away
+    from edgerun.ops.fully_connected import FullyConnected
     from tests.ops.test_ops_matmul import _run_fc_int8  # helper only
 
     kernels = []
