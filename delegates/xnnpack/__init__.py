@@ -1,11 +1,12 @@
 """xnnpack: partitions (or the whole model) run by LiteRT with its XNNPACK delegate.
 
-The capability table follows the op visitors of LiteRT's XNNPACK delegate
-(``tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc``): which builtin ops it lowers, for which
-tensor types (float32, and int8 "QS8" for the quantized subset) and under which limits (static
-shapes, constant weights, at most 6 dimensions). A node XNNPACK itself would refuse still runs
-correctly inside the partition (LiteRT's own kernel takes it), but the table keeps edgerun's
-partitions to what XNNPACK accelerates.
+The capability table says which builtin ops LiteRT's XNNPACK delegate
+(``tensorflow/lite/delegates/xnnpack/xnnpack_delegate.cc``) lowers, for which tensor types
+(float32; int8 "QS8" and uint8 "QU8" for the quantized subset) and under which limits (static
+shapes, constant weights, at most 6 dimensions, fused activations, scale ratios, matching
+quantization on data-movement ops). Each row and limit is measured against LiteRT 2.3 itself,
+both ways, by ``tests/delegates/test_xnnpack_conformance.py``; partitions are formed the way
+LiteRT forms them (``litert_groups``), so ``edgerun check --target rpi`` counts what LiteRT makes.
 """
 
 from __future__ import annotations

@@ -282,3 +282,41 @@ class Graph:
         g.metadata = {k: v for k, v in model.metadata_dict().items() if k != "min_runtime_version"}
         g._sparsity = {i: t.sparsity for i, t in enumerate(sg.tensors) if t.sparsity is not None}
         return g
+
+
+def float_prelus(q: Graph) -> int:
+    """Run each int8 PRELU of a quantized graph in float32: DEQUANTIZE -> PRELU -> QUANTIZE, with
+    the same input/output quantization and the alpha dequantized (for XNNPACK targets).
+
+    LiteRT 2.3's XNNPACK delegate takes PRELU only in float32 (and DEQUANTIZE / QUANTIZE in int8),
+    so each int8 PRELU cuts a partition and runs on LiteRT's slow int8 kernel: MediaPipe face
+    landmark int8 is 21 partitions, iris 38, palm detection 27. In float the three ops join the
+    partition around them (one partition each). The result differs from the int8 PRELU by at most
+    one step (float rounding vs the fixed-point multipliers). Not for full-int8 targets (EdgeTPU,
+    microcontrollers). Returns the number of PRELUs rewritten.
+    """
+    done = 0
+    new_ops: list[Op] = []
+    for op in q.ops:
+        x, a = (op.inputs + [-1, -1])[:2]
+        if (op.op != "PRELU" or x < 0 or a < 0 or q.tensors[x].dtype != "int8"
+                or q.tensors[op.outputs[0]].dtype != "int8" or not q.tensors[a].is_const
+                or q.tensors[a].quant is None):
+            new_ops.append(op)
+            continue
+        ta, tx, y = q.tensors[a], q.tensors[x], op.outputs[0]
+        sc, zp = np.asarray(ta.quant.scale, np.float64), np.asarray(ta.quant.zero_point, np.float64)
+        if sc.size > 1:  # per-axis alpha
+            shape = [1] * ta.data.ndim
+            shape[ta.quant.quantized_dimension] = -1
+            sc, zp = sc.reshape(shape), zp.reshape(shape)
+        alpha = ((ta.data.astype(np.float64) - zp) * sc).astype(np.float32)
+        af = q.tensor(ta.name + "_float", alpha.shape, "float32", data=alpha)
+        xf = q.tensor(tx.name + "_dequant", tx.shape, "float32")
+        yf = q.tensor(q.tensors[y].name + "_float", q.tensors[y].shape, "float32")
+        new_ops += [Op("DEQUANTIZE", [x], [xf], version=2, origin=op.origin),
+                    Op("PRELU", [xf, af], [yf], version=1, origin=op.origin),
+                    Op("QUANTIZE", [yf], [y], version=1, origin=op.origin)]
+        done += 1
+    q.ops = new_ops
+    return done

@@ -298,6 +298,9 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
 
 #: full-integer targets whose runtime has TFLite's 16x8 kernels (TFLM)
 INT16_TARGETS = ("tflm",)
+#: targets whose int8 PRELUs run as DEQUANTIZE -> float PRELU -> QUANTIZE (LiteRT's XNNPACK delegate
+#: takes PRELU only in float32; :func:`edgerun.convert.graph.float_prelus`)
+FLOAT_PRELU_TARGETS = ("rpi", "cpu")
 #: targets whose runtime has TFLite's int8-in / int16-out SOFTMAX (float32-output models write their
 #: output softmax in int16, :func:`edgerun.convert.quantize.wide_softmax_outputs`); EdgeTPU,
 #: edgerun's int8 firmware and the TensorRT export do not take it; tflm gets int16 layers only
@@ -317,6 +320,7 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     """Quantize; with a budget keep the layers that hurt most in float until it is met.
     Returns (quantized graph, bytes, kept layer names); sets ``rep.outputs`` / ``budget_met``."""
     from edgerun.convert import drift
+    from edgerun.convert.graph import float_prelus
     from edgerun.convert.quantize import quantize_graph
 
     # a full-integer target whose runtime has 16x8 kernels (TFLM) gets the sensitive layers in
@@ -331,6 +335,8 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
         else:
             qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations,
                                 wide_softmax=wide)
+        if activations == "int8" and target and _target_name(target) in FLOAT_PRELU_TARGETS:
+            float_prelus(qg)  # XNNPACK takes PRELU only in float32 (edgerun.convert.graph)
         return qg, qg.to_bytes("edgerun convert (int8)")
 
     kept: list[str] = []
