@@ -266,3 +266,39 @@ def test_many_partitions_compute_what_litert_computes(name):
             want = lit.get_tensor(det["index"])
             assert g.dtype == want.dtype and g.shape == want.shape
             assert int(np.abs(g.astype(np.int32) - want.astype(np.int32)).max()) <= 1
+
+
+def _branches_around_hard_swish() -> bytes:
+    """x -> conv a -> HARD_SWISH -> conv c, and x -> conv b -> output, in that order: a and b are not
+    connected, yet LiteRT puts them in one partition (both ready in its first sweep)."""
+    from tests.support.delegate_models import Q
+
+    q = Q(5)
+    x = q.input((1, 8, 8, 4))
+    a = q.conv(x, 4)
+    h = q.act(q.shape[a], *q.q[a])
+    q.b.op("HARD_SWISH", [a], [h])
+    c = q.conv(h, 4)
+    b = q.conv(x, 4, k=1)
+    return q.done(c, b)
+
+
+def test_partitions_grouped_as_litert_groups_them():
+    """Needs no cached model: a graph where connected grouping gives 3 partitions and LiteRT 2."""
+    from edgerun.litert import make_interpreter
+    from edgerun.runtime.interpreter import Interpreter
+    from edgerun.testing import random_inputs
+
+    data = _branches_around_hard_swish()
+    assert litert_xnnpack_partitions(data) == (2, 1)
+    it = Interpreter(model_content=data, delegates=["xnnpack"])
+    it.allocate_tensors()
+    assert [p.ops for p in it.partitions] == [["CONV_2D", "CONV_2D"], ["CONV_2D"]]
+    lit = make_interpreter(data, num_threads=1)
+    lit.allocate_tensors()
+    x = random_inputs(it.get_input_details(), 3)
+    got = it.predict(*x)
+    lit.set_tensor(lit.get_input_details()[0]["index"], x[0])
+    lit.invoke()
+    for g, det in zip(got, lit.get_output_details()):
+        assert int(np.abs(g.astype(np.int32) - lit.get_tensor(det["index"]).astype(np.int32)).max()) <= 1
