@@ -166,7 +166,8 @@ OPS = {
     "QUANTIZE": OpCaps(FQ, (_quantize,), "float32 -> int8/uint8, or within one type"),
     "REDUCE_MAX": OpCaps(FQ, _REDUCE, "constant axes"), "REDUCE_MIN": OpCaps(FQ, _REDUCE, "constant axes"),
     "RELU": OpCaps(F), "RELU6": OpCaps(F), "RELU_N1_TO_1": OpCaps(F),
-    "RESHAPE": OpCaps(FQ, _MOVE), "RESIZE_BILINEAR": OpCaps(FQ, (r.rank_in(4), _same_quant)), "ROUND": OpCaps(F),
+    "RESHAPE": OpCaps(FQ, (r.const_input(1, "shape", optional=True), _same_quant), "constant shape"),
+    "RESIZE_BILINEAR": OpCaps(FQ, (r.const_input(1, "size"), r.rank_in(4), _same_quant), "constant size"), "ROUND": OpCaps(F),
     "RSQRT": OpCaps(F), "SIN": OpCaps(F),
     "SLICE": OpCaps(FQ, (r.const_input(1, "begin"), r.const_input(2, "size"), _same_quant)),
     "SOFTMAX": OpCaps(F, (lambda c: None if float(c.options.get("beta", 1.0)) == 1.0

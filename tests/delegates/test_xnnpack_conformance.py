@@ -83,6 +83,26 @@ def _reduce(op: str, dtype: str, axes, keep: bool, runtime_axes=False) -> bytes:
     return b.to_bytes()
 
 
+def _runtime_operand(op: str, dtype: str) -> bytes:
+    """``op`` with its weights / shape / paddings / permutation / size as a graph input."""
+    b = ModelBuilder()
+    q = (0.05, 3) if dtype == "int8" else None
+    x = b.input("x", (2, 16) if op == "FULLY_CONNECTED" else (1, 5, 6, 8), dtype, q)
+    if op == "FULLY_CONNECTED":
+        w = b.input("w", (10, 16), dtype, (0.01, 0) if q else None)
+        y = b.tensor("y", (2, 10), dtype, (0.1, -2) if q else None)
+        b.op(op, [x, w, -1], [y], fused_activation_function=0, keep_num_dims=False, weights_format=0)
+    else:
+        n, shape = {"PAD": ((4, 2), (1, 7, 6, 8)), "TRANSPOSE": ((4,), (8, 6, 5, 1)),
+                    "RESHAPE": ((2,), (30, 8)), "RESIZE_BILINEAR": ((2,), (1, 10, 12, 8))}[op]
+        p = b.input("p", n, "int32")
+        y = b.tensor("y", shape, dtype, q)
+        opts = {"align_corners": False, "half_pixel_centers": True} if op == "RESIZE_BILINEAR" else {}
+        b.op(op, [x, p], [y], **opts)
+    b.output(y)
+    return b.to_bytes()
+
+
 def cases(op: str):
     """(tag, model) pairs for one op: its dtypes and the variants its limits depend on."""
     if op == "QUANTIZE":
@@ -105,6 +125,9 @@ def cases(op: str):
             yield f"{dt} runtime axes", _reduce(op, dt, (1, 2), True, runtime_axes=True)
     for dt in DTYPES:
         yield dt, one_op(op, dt)
+    if op in ("FULLY_CONNECTED", "PAD", "TRANSPOSE", "RESHAPE", "RESIZE_BILINEAR"):
+        for dt in DTYPES[:2]:
+            yield f"{dt} run-time operand", _runtime_operand(op, dt)
     if op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
         yield "int8 per-tensor weights", one_op(op, "int8", per_channel=False)
     if op in FUSABLE:
