@@ -160,6 +160,102 @@ class _PaddedInput:
         return buf
 
 
+def _bindable(x, out, shape) -> bool:
+    """Whether the invoke plan's arrays can be bound: a fixed int8 input and an int8 output view
+    of the kernel's output shape, both C-contiguous."""
+    return (isinstance(x, np.ndarray) and isinstance(out, np.ndarray) and x.dtype == np.int8
+            and out.dtype == np.int8 and out.shape == tuple(shape) and out.flags.c_contiguous
+            and x.flags.c_contiguous)
+
+
+def _fixed_windows(pad: _PaddedInput, x: np.ndarray, make_view):
+    """(window view, (interior, input) to copy per call or None) over a padded input that is the
+    same array at every invoke (the input itself, or the kernel's own padded buffer), or
+    (None, None) for a shared scratch buffer."""
+    if pad.trivial and pad.dtype == x.dtype:
+        return make_view(x), None
+    if pad.own is not None:
+        return make_view(pad.own), (pad.inner, x)
+    return None, None
+
+
+def _cols_view(cols: np.ndarray, shape) -> np.ndarray | None:
+    """``cols`` reshaped to ``shape`` as a view (a copy target), or None when numpy would copy."""
+    v = cols.reshape(shape)
+    return v if np.shares_memory(v, cols) else None
+
+
+def _threshold_table(requant, bias, m: int, c: int):
+    """The requantizer's threshold table for ``m`` rows of ``c`` channels, under the conditions
+    its own call takes it (at most ``TABLE_MAX`` values, per-tensor or per-channel int8), or None."""
+    table = getattr(requant, "_table", None)
+    if (table is None or m * c > requant.TABLE_MAX or requant.dtype is not np.int8 or requant.m.ndim > 1
+            or requant.m.size not in (1, c) or not isinstance(bias, np.ndarray) or bias.shape != (c,)):
+        return None
+    return table(bias, c)
+
+
+def _table_tail(table, acc: np.ndarray, out: np.ndarray, rows: int):
+    """The threshold table's lookup as bound pieces: ``acc`` (float64, channel offsets already
+    added by the product) -> ``out``: (searchsorted, flat acc, per-value subtrahend, flat out)."""
+    _, thresholds, sub = table
+    return thresholds.searchsorted, acc.reshape(-1), np.tile(sub, rows), out.reshape(-1)
+
+
+def _bind_gemm(src, fill, wmat, table, bufs, requant, bias, out, m: int, k: int, o: int):
+    """The bound call of a tiny int8 CONV_2D / FULLY_CONNECTED: copy ``src`` (a fixed int8 view
+    of (m, k) values) to float columns, multiply by ``wmat`` (k, o), requantize into ``out``.
+
+    With a threshold table the columns are float64 with a last column of ones and the filter
+    gets the table's channel offsets as its last row: the GEMM then yields ``acc + offsets``
+    directly (integers below 2^53: exact whatever the summation order), and the requantization
+    is one ``searchsorted`` and one subtraction into the output."""
+    copyto, subtract = np.copyto, np.subtract
+    if table is not None:
+        cols = np.zeros((m, k + 1), np.float64)
+        cols[:, k] = 1.0
+        tgt = _cols_view(cols[:, :k], src.shape)
+        if tgt is None:
+            return None
+        w64 = np.empty((k + 1, o), np.float64)
+        w64[:k] = wmat
+        w64[k] = table[0]
+        acc = np.empty((m, o), np.float64)
+        ss, flat, sub, o1 = _table_tail(table, acc, out, m)
+        dot = np.dot
+        if fill is None:
+            def call():
+                copyto(tgt, src, casting="unsafe")
+                dot(cols, w64, out=acc)
+                subtract(ss(flat, "right"), sub, out=o1, casting="unsafe")
+        else:
+            inner, x = fill
+
+            def call():
+                copyto(inner, x)
+                copyto(tgt, src, casting="unsafe")
+                dot(cols, w64, out=acc)
+                subtract(ss(flat, "right"), sub, out=o1, casting="unsafe")
+        return call
+    cols, acc = bufs
+    tgt = _cols_view(cols, src.shape)
+    if tgt is None:
+        return None
+    o2 = out.reshape(m, o)
+    matmul = np.matmul
+    inner, x = fill if fill is not None else (None, None)
+
+    def call_requant():
+        if inner is not None:
+            copyto(inner, x)
+        copyto(tgt, src, casting="unsafe")
+        matmul(cols, wmat, out=acc)
+        res = requant(acc, bias, out=o2)
+        if res is not o2:
+            copyto(o2, res)
+    return call_requant
+
+
 @register("CONV_2D", "float32", "int8")
 class Conv2D(BoundOutput, Kernel):
     """CONV_2D: im2col (a strided view copied once) times the OHWI filter as a (K, O) matrix.
@@ -316,6 +412,27 @@ class Conv2D(BoundOutput, Kernel):
         if res is not o2:
             np.copyto(o2, res)
         return [out]
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call for a tiny int8 layer (see ``edgerun.runtime.plan``):
+        the input's arena view, the output's, the window view and the buffers are fixed here, so
+        a call is the window copy, one GEMM and the requantization into the output view."""
+        if not (self.quantized and self.groups == 1 and self.tiny is not None):
+            return None
+        x, out = ins[0], outs[0]
+        if not _bindable(x, out, self.out_shape):
+            return None
+        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        m, k = self.tiny[0].shape
+        o = self.out_shape[3]
+        if self.pointwise:
+            src, fill = x.reshape(m, k), None
+        else:
+            src, fill = _fixed_windows(self.pad, x, lambda xp: _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
+            if src is None:
+                return None
+        table = _threshold_table(self.requant, self.bias, m, o)
+        return _bind_gemm(src, fill, self.wmats[0], table, self.tiny, self.requant, self.bias, out, m, k, o)
 
     def _eval_int8_blocks(self, x):
         if self.tiny is not None:
@@ -552,6 +669,56 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         if self.dm == 1 and self.pad.keeps(xp, x):  # never keep a view of a shared scratch buffer alive
             self._view = (xp, v)
         return v
+
+    def compile(self, ins, outs):
+        """The invoke plan's bound call for a small int8 einsum layer (``self.small``, depth
+        multiplier 1): window copy, one einsum, requantization into the output view. With a
+        threshold table the columns are float64 with one more tap of ones whose weights are the
+        table's channel offsets (exact integers, as in ``_bind_gemm``)."""
+        if not (self.quantized and self.small is not None and self.dm == 1):
+            return None
+        x, out = ins[0], outs[0]
+        if not _bindable(x, out, self.out_shape):
+            return None
+        src, fill = _fixed_windows(self.pad, x, lambda xp: self._windows(xp, xp))
+        if src is None:
+            return None
+        cols6, acc, wk, (m, taps, oc) = self.small
+        copyto, einsum, subtract = np.copyto, np.einsum, np.subtract
+        inner, xin = fill if fill is not None else (None, None)
+        table = _threshold_table(self.requant, self.bias, m, oc)
+        if table is not None:
+            cols = np.zeros((m, taps + 1, oc), np.float64)
+            cols[:, taps] = 1.0
+            tgt = _cols_view(cols[:, :taps], src.shape)
+            if tgt is None:
+                return None
+            w64 = np.empty((taps + 1, oc), np.float64)
+            w64[:taps] = wk
+            w64[taps] = table[0]
+            acc64 = np.empty((m, oc), np.float64)
+            ss, flat, sub, o1 = _table_tail(table, acc64, out, m)
+
+            def call():
+                if inner is not None:
+                    copyto(inner, xin)
+                copyto(tgt, src, casting="unsafe")
+                einsum("pkc,kc->pc", cols, w64, out=acc64)
+                subtract(ss(flat, "right"), sub, out=o1, casting="unsafe")
+            return call
+        c3 = cols6.reshape(m, taps, oc)
+        o2 = out.reshape(m, oc)
+        requant, bias = self.requant, self.bias
+
+        def call_requant():
+            if inner is not None:
+                copyto(inner, xin)
+            copyto(cols6, src, casting="unsafe")
+            einsum("pkc,kc->pc", c3, wk, out=acc)
+            res = requant(acc, bias, out=o2)
+            if res is not o2:
+                copyto(o2, res)
+        return call_requant
 
     def eval(self, inputs):
         x = inputs[0]

@@ -239,6 +239,44 @@ class FullyConnected(Kernel):
         return np.concatenate([np.abs(w[r:r + step].astype(np.int16) - self.w_zp).sum(axis=1, dtype=np.int64)
                                for r in range(0, w.shape[0], step)])
 
+    def compile(self, ins, outs):
+        """The invoke plan's bound call for an int8 layer with constant weights whose outputs
+        take the threshold table (see ``edgerun.runtime.plan``): the rows are copied into float64
+        columns with a last column of ones, the weights carry the table's unit offsets as their
+        last row, so one GEMM gives ``acc + offsets`` (exact integers below 2^53) and one
+        ``searchsorted`` and one subtraction write the output view."""
+        if not (self.quantized and self.fast and not self.fixed_point_requant and self.w8 is None
+                and self.wmat is not None and self.wmat[0] is not None):
+            return None
+        x, out = ins[0], outs[0]
+        if not (isinstance(x, np.ndarray) and isinstance(out, np.ndarray) and x.dtype == np.int8
+                and out.dtype == np.int8 and x.flags.c_contiguous and out.flags.c_contiguous
+                and out.shape == tuple(self.out_shape)):
+            return None
+        m, k, units = x.size // self.k, self.k, self.units
+        if m * units > self.TABLE_MAX:
+            return None
+        table = self._table if self._table is not None else self._build_table()
+        if table is False:
+            return None
+        offsets, thresholds, sub = table
+        src = x.reshape(m, k)
+        cols = np.zeros((m, k + 1), np.float64)
+        cols[:, k] = 1.0
+        tgt = cols[:, :k]
+        w64 = np.empty((k + 1, units), np.float64)
+        w64[:k] = self.wmat[0]
+        w64[k] = offsets
+        acc = np.empty((m, units), np.float64)
+        ss, flat, sub_t, o1 = thresholds.searchsorted, acc.reshape(-1), np.tile(sub, m), out.reshape(-1)
+        copyto, dot, subtract = np.copyto, np.dot, np.subtract
+
+        def call():
+            copyto(tgt, src, casting="unsafe")
+            dot(cols, w64, out=acc)
+            subtract(ss(flat, "right"), sub_t, out=o1, casting="unsafe")
+        return call
+
     def eval(self, inputs):
         x, w = inputs[0], inputs[1]
         rows = x.reshape(-1, self.k)

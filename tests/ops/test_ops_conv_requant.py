@@ -186,18 +186,27 @@ def test_threshold_table_every_accumulator(reals, zp, qmin, qmax):
     ((1, 5, 1, 40), 30, 5, 1, (3, 1)),   # one-column strided 5x1
     ((1, 6, 7, 8), 12, 3, 3, (1, 1)),    # padded 3x3
 ])
-def test_conv_int8_tiny_layers_match_litert(monkeypatch, spec_args):
-    """Small layers run on their own buffers (one copy, one GEMM, one requantization), bit-exact."""
+@pytest.mark.parametrize("bound", [False, True])
+def test_conv_int8_tiny_layers_match_litert(monkeypatch, spec_args, bound):
+    """Small layers run on their own buffers (one copy, one GEMM, one requantization), bit-exact:
+    through ``eval`` (the compile hook turned off), and through the invoke plan's bound call
+    (``Conv2D.compile``: float64 columns with the threshold table's offsets in the GEMM)."""
     from edgerun.ops.conv import Conv2D
 
-    tiny = []
+    tiny, compiled = [], []
     orig = Conv2D._eval_int8_tiny
     monkeypatch.setattr(Conv2D, "_eval_int8_tiny", lambda self, x: tiny.append(1) or orig(self, x))
+    orig_compile = Conv2D.compile
+    monkeypatch.setattr(Conv2D, "compile", (lambda self, ins, outs: compiled.append(orig_compile(self, ins, outs))
+                                            or compiled[-1]) if bound else (lambda self, ins, outs: None))
     shape, oc, kh, kw, stride = spec_args
     spec = conv_spec(shape, oc, kh, kw, stride=stride, seed=oc)
     for seed in range(3):  # the cached window view of the input is reused across invokes
         spec.run_int8(seed=seed, act=RELU if seed == 2 else 0)
-    assert tiny
+    if bound:
+        assert compiled and all(c is not None for c in compiled) and not tiny
+    else:
+        assert tiny
 
 
 @pytest.mark.parametrize("per_channel,act,w_zp", [(True, 0, 0), (True, RELU, 0), (False, 0, 7), (False, RELU6, 0)])
