@@ -362,3 +362,80 @@ def test_streaming_wakeword_outputs_through_the_compiled_plan(name):
         np.testing.assert_array_equal(er.get_tensor(out["index"]), want)
         states.append(np.concatenate([v.reshape(-1) for v in er.resources.values()]))
     assert all(not np.array_equal(a, b) for a, b in zip(states, states[1:]))  # the state moves
+
+
+def _wake_word_chain(pad: bool, wide: bool) -> bytes:
+    """A microWakeWord-shaped int8 chain built in code: DEPTHWISE_CONV_2D over a time window ->
+    1x1 CONV_2D (RELU) -> RESHAPE -> FULLY_CONNECTED. ``pad``: SAME padding (the kernels' own
+    padded buffers); ``wide``: more outputs than the requantizer's threshold table takes, so the
+    bound conv and depthwise calls (with ``pad``) requantize with ``BoundedRequantizer`` instead."""
+    rng = np.random.default_rng(7)
+    t, c, o, u = (12, 32, 40, 6) if wide else (9, 16, 24, 3)
+    b = ModelBuilder()
+    x = b.input("x", (1, t, 1, c), "int8", (0.05, -3))
+    wd = rng.integers(-127, 128, (1, 3 if pad else t, 1, c)).astype(np.int8)
+    sd = rng.uniform(0.004, 0.02, c).astype(np.float32)
+    bd = rng.integers(-3000, 3000, c).astype(np.int32)
+    dw_out = (1, t if pad else 1, 1, c)
+    d = b.tensor("d", dw_out, "int8", (0.3, 5))
+    b.op("DEPTHWISE_CONV_2D", [x, b.const("wd", wd, "int8", (sd, np.zeros(c, np.int64), 3)),
+                               b.const("bd", bd, "int32", (0.05 * sd, np.zeros(c, np.int64), 0))], [d],
+         padding=0 if pad else 1, stride_w=1, stride_h=1, depth_multiplier=1, fused_activation_function=0)
+    wc = rng.integers(-127, 128, (o, 1, 1, c)).astype(np.int8)
+    sc = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    y1 = b.tensor("y1", dw_out[:3] + (o,), "int8", (0.25, -128))
+    b.op("CONV_2D", [d, b.const("wc", wc, "int8", (sc, np.zeros(o, np.int64), 0)),
+                     b.const("bc", rng.integers(-500, 500, o).astype(np.int32), "int32",
+                             (0.3 * sc, np.zeros(o, np.int64), 0))], [y1],
+         padding=1, stride_w=1, stride_h=1, fused_activation_function=1)
+    n = int(np.prod(dw_out[:3])) * o
+    r = b.tensor("r", (1, n), "int8", (0.25, -128))
+    b.op("RESHAPE", [y1, b.const("shape", np.array([1, n], np.int32))], [r])
+    wf = rng.integers(-127, 128, (u, n)).astype(np.int8)
+    y = b.tensor("y", (1, u), "int8", (0.6, 2))
+    b.op("FULLY_CONNECTED", [r, b.const("wf", wf, "int8", (0.003, 0)),
+                             b.const("bf", rng.integers(-900, 900, u).astype(np.int32), "int32",
+                                     (0.25 * 0.003, 0))], [y], fused_activation_function=0)
+    b.output(y, y1, d)
+    return b.to_bytes()
+
+
+@pytest.mark.parametrize("pad", [False, True])
+@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("preserve", [False, True])
+def test_conv_depthwise_fc_bound_calls_bit_exact(monkeypatch, pad, wide, preserve):
+    """CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED ``compile`` hooks: the bound calls (input and
+    output arena views fixed, the threshold table's offsets folded into a float64 GEMM/einsum)
+    give LiteRT's reference outputs, invoke after invoke, with and without
+    ``experimental_preserve_all_tensors``; and they equal the kernels' own ``eval``."""
+    from edgerun.ops.conv import Conv2D, DepthwiseConv2D
+    from edgerun.ops.fully_connected import FullyConnected
+
+    data = _wake_word_chain(pad, wide)
+    bound = {}
+    for cls in (Conv2D, DepthwiseConv2D, FullyConnected):
+        orig = cls.compile
+
+        def hook(self, ins, outs, orig=orig, name=cls.__name__):
+            call = orig(self, ins, outs)
+            bound[name] = call is not None
+            return call
+        monkeypatch.setattr(cls, "compile", hook)
+    it = Interpreter(model_content=data, experimental_preserve_all_tensors=preserve)
+    it.allocate_tensors()
+    assert bound == {"Conv2D": True, "DepthwiseConv2D": True, "FullyConnected": True}
+    rng = np.random.default_rng(3)
+    outs = it.get_output_details()
+    seen = set()
+    for _ in range(4):  # the same bound buffers, new values each invoke
+        x = rng.integers(-128, 128, (1, 12 if wide else 9, 1, 32 if wide else 16)).astype(np.int8)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        got = [it.get_tensor(d["index"]) for d in outs]
+        for g, w in zip(got, _litert(data, [x])):
+            assert np.array_equal(g, w)
+        seen.update(np.unique(got[1]).tolist())
+    assert len(seen) > 8  # the conv's outputs span many levels: equality means something
+    for cls in (Conv2D, DepthwiseConv2D, FullyConnected):
+        monkeypatch.setattr(cls, "compile", lambda self, ins, outs: None)
+    assert all(np.array_equal(a, b) for a, b in zip(_run(data, [x]), got))
