@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from delegates.xnnpack import OPS
+from edgerun_delegates.xnnpack import OPS
 from edgerun.ir import ModelBuilder
 from tests.support.xnnpack_oracle import edgerun_xnnpack_claims, litert_xnnpack_partitions, one_op
 
