@@ -6,7 +6,6 @@ The rewrite keeps the quantization on both sides, so the result moves by at most
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from edgerun_delegates.xnnpack import OPS
+
 from edgerun.ir import ModelBuilder
 from tests.support.xnnpack_oracle import edgerun_xnnpack_claims, litert_xnnpack_partitions, one_op
 
@@ -200,7 +200,7 @@ def test_table_row_agrees_with_litert(op):
 @pytest.mark.parametrize("op", OUTSIDE)
 def test_ops_outside_the_table_are_outside_litert_xnnpack_too(op):
     assert op not in OPS
-    n, bad = _disagreements(op)
+    _, bad = _disagreements(op)
     assert not bad, "\n".join(bad)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.ir import ModelBuilder
-from edgerun.schema.tflite import Activation, Padding
+from edgerun.schema.tflite import Padding
 
 #: (scale, zero point) of a plain activation tensor per dtype
 ACT_Q = {"int8": (0.05, 3), "uint8": (0.05, 131), "float32": None, "float16": None}
