@@ -6,14 +6,24 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from edgerun.bundle import read_bundle
-from tests.deploy.test_deploy_ssh import REPO, _bundle, _cli_common, _signing, pytestmark, sign_key, sshd  # noqa: F401 (fixtures)
+from tests.support.sshd import (  # noqa: F401 (fixtures)
+    deploy_sign_key,
+    needs_openssh,
+    signed_bundle,
+    signed_deploys,
+    ssh_cli_args,
+    sshd_server,
+)
 from tests.support.sysfs_fakes import FakeRail, make_powercap, memory_dir
 
+REPO = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
+pytestmark = needs_openssh
 
 
 def deploy(*args):
@@ -24,10 +34,10 @@ def deploy(*args):
 @pytest.mark.slow
 def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
     board = tmp_path / "board"
-    b = _bundle(tmp_path, 31)
+    b = signed_bundle(tmp_path, 31)
     with memory_dir() as sysroot, FakeRail(3.3, energy=make_powercap(sysroot, wrap_uj=4_000_000), wrap=4_000_000):
         remote = f"env EDGERUN_SYSFS_ROOT={sysroot} PYTHONPATH={REPO} {sys.executable} -m edgerun"
-        p = deploy(b, *_cli_common(sshd, board), "--remote-edgerun", remote, "--bench", "--bench-args",
+        p = deploy(b, *ssh_cli_args(sshd, board), "--remote-edgerun", remote, "--bench", "--bench-args",
                    "--engines edgerun,litert -n 10 --min-duration 1.0 --idle 0.3 --no-loadgen", "--json")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
@@ -41,7 +51,7 @@ def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
     e = bench["engines"]["edgerun"]
     assert e["inferences"] >= 10 and e["duration_s"] >= 0.3
     # the text form is the host's bench table
-    p = deploy(b, *_cli_common(sshd, board), "--remote-edgerun", f"env PYTHONPATH={REPO} {sys.executable} -m edgerun",
+    p = deploy(b, *ssh_cli_args(sshd, board), "--remote-edgerun", f"env PYTHONPATH={REPO} {sys.executable} -m edgerun",
                "--bench", "--bench-args", "--engines edgerun -n 5 --no-loadgen")
     assert p.returncode == 0, p.stderr
     assert "p50 ms" in p.stdout and "edgerun" in p.stdout and "no power source found" not in p.stderr
@@ -49,7 +59,7 @@ def test_deploy_bench_prints_the_boards_figures(sshd, tmp_path):
 
 def test_deploy_bench_that_fails_on_the_board_is_one_line(sshd, tmp_path):
     board = tmp_path / "board"
-    p = deploy(_bundle(tmp_path, 32), *_cli_common(sshd, board), "--bench", "--remote-edgerun",
+    p = deploy(signed_bundle(tmp_path, 32), *ssh_cli_args(sshd, board), "--bench", "--remote-edgerun",
                f"env PYTHONPATH={REPO} {sys.executable} -m edgerun", "--bench-args", "--engines nosuch")
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert "benchmark on" in p.stderr and "unknown engine 'nosuch'" in p.stderr
@@ -58,6 +68,6 @@ def test_deploy_bench_that_fails_on_the_board_is_one_line(sshd, tmp_path):
 
 
 def test_deploy_bench_args_refuse_report_and_json(sshd, tmp_path):
-    p = deploy(_bundle(tmp_path, 33), *_cli_common(sshd, tmp_path / "board"), "--bench", "--bench-args",
+    p = deploy(signed_bundle(tmp_path, 33), *ssh_cli_args(sshd, tmp_path / "board"), "--bench", "--bench-args",
                "--report x.html")
     assert p.returncode == 2 and "--bench-args" in p.stderr

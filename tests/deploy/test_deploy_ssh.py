@@ -8,117 +8,36 @@ the board is this checkout run with this Python.
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from edgerun.bundle import write_bundle
 from edgerun.deploy import ssh
 from edgerun.errors import DeployError, EdgerunError
-from edgerun.ir import ModelBuilder
+from tests.support.sshd import (  # noqa: F401 (fixtures)
+    deploy_key,
+    deploy_sign_key,
+    free_port,
+    needs_openssh,
+    relu_model,
+    signed_bundle,
+    signed_deploys,
+    ssh_cli_args,
+    sshd_server,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-pytestmark = pytest.mark.skipif(not (os.path.exists(SSHD) and shutil.which("ssh") and shutil.which("scp")),
-                                reason="OpenSSH server/client not installed (tools/install.sh installs them)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    d = tmp_path_factory.mktemp("sshd")
-    for name in ("host_key", "user_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
-    shutil.copy(d / "user_key.pub", d / "authorized_keys")
-    port = _free_port()
-    (d / "sshd_config").write_text(f"""Port {port}
-ListenAddress 127.0.0.1
-HostKey {d}/host_key
-AuthorizedKeysFile {d}/authorized_keys
-PidFile {d}/sshd.pid
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-Subsystem sftp internal-sftp
-SetEnv PATH=/usr/local/bin:/usr/bin:/bin
-""")
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation directory
-    log = open(d / "sshd.log", "w")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log)
-    user = os.environ.get("USER") or __import__("pwd").getpwuid(os.getuid()).pw_name
-    target = ssh.SSHTarget(f"{user}@127.0.0.1", port=port, identity=str(d / "user_key"),
-                           options=["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR"])
-    deadline = time.time() + 10
-    while True:
-        try:
-            target.run("true", timeout=5)
-            break
-        except DeployError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail("sshd did not start: " + (d / "sshd.log").read_text()[-500:])
-            time.sleep(0.2)
-    yield target
-    proc.terminate()
-    proc.wait(5)
-    log.close()
+pytestmark = needs_openssh
 
 
 REMOTE_EDGERUN = f"env PYTHONPATH={REPO} {sys.executable} -m edgerun"
 #: this checkout's command line, as the console script runs it
 EDGERUN = [sys.executable, "-m", "edgerun"]
 ENV = dict(os.environ, PYTHONPATH=str(REPO))
-
-
-def _model(seed: int, pad_bytes: int = 0) -> bytes:
-    """A small int8 RELU model; ``pad_bytes`` of unused constant data make the file bigger."""
-    b = ModelBuilder(description=f"deploy test {seed}")
-    x = b.input("x", (1, 4, 4, 3), "int8", (0.05, seed % 7))
-    y = b.tensor("y", (1, 4, 4, 3), "int8", (0.05, seed % 7))
-    b.op("RELU", [x], [y])
-    b.output(y)
-    if pad_bytes:
-        b.const("padding", np.random.default_rng(seed).integers(-128, 128, pad_bytes, dtype=np.int8))
-    return b.to_bytes()
-
-
-@pytest.fixture(scope="module")
-def sign_key(tmp_path_factory) -> Path:
-    from edgerun.bundle import signing
-
-    d = tmp_path_factory.mktemp("deploykey")
-    priv, pub = signing.generate_keypair()
-    (d / "k.key").write_bytes(priv)
-    (d / "k.pub").write_bytes(pub)
-    return d / "k.key"
-
-
-_KEY: list = []
-
-
-@pytest.fixture(autouse=True)
-def _signing(sign_key, monkeypatch):
-    """Deployed bundles are signed (unsigned ones are refused by default); no trusted key is configured."""
-    monkeypatch.delenv("EDGERUN_TRUSTED_KEY", raising=False)
-    _KEY[:] = [sign_key]
-
-
-def _bundle(tmp_path, seed: int, pad_bytes: int = 0, name: str | None = None) -> Path:
-    return write_bundle(_model(seed, pad_bytes), tmp_path / (name or f"m{seed}.bundle"), target="rpi",
-                        sign_key=_KEY[0])
 
 
 def _links(board: Path) -> tuple[str | None, str | None]:
@@ -128,7 +47,7 @@ def _links(board: Path) -> tuple[str | None, str | None]:
 @pytest.mark.slow
 def test_deploy_switch_and_rollback(sshd, tmp_path):
     board = tmp_path / "board"
-    a, b = _bundle(tmp_path, 1), _bundle(tmp_path, 2)
+    a, b = signed_bundle(tmp_path, 1), signed_bundle(tmp_path, 2)
     steps = []
     r1 = ssh.deploy(a, sshd, remote_dir=str(board), progress=lambda d, t: steps.append((d, t)))
     assert steps[-1] == (5, 5)
@@ -151,7 +70,7 @@ def test_deploy_switch_and_rollback(sshd, tmp_path):
     # rolling back again returns to b; a third deploy keeps only current + previous
     ssh.rollback(sshd, remote_dir=str(board))
     assert (board / "current").read_bytes() == b.read_bytes()
-    c = _bundle(tmp_path, 3)
+    c = signed_bundle(tmp_path, 3)
     r3 = ssh.deploy(c, sshd, remote_dir=str(board))
     assert sorted(os.listdir(board / "bundles")) == sorted([r2["bundle"], r3["bundle"]])
     assert not list((board / "incoming").iterdir())
@@ -161,7 +80,7 @@ def test_rollback_without_previous_fails(sshd, tmp_path):
     board = tmp_path / "board"
     import dataclasses
 
-    ssh.deploy(_bundle(tmp_path, 4), dataclasses.replace(sshd, multiplex=False), remote_dir=str(board))  # no mux
+    ssh.deploy(signed_bundle(tmp_path, 4), dataclasses.replace(sshd, multiplex=False), remote_dir=str(board))  # no mux
     before = _links(board)
     with pytest.raises(DeployError, match="no previous bundle"):
         ssh.rollback(sshd, remote_dir=str(board))
@@ -171,9 +90,9 @@ def test_rollback_without_previous_fails(sshd, tmp_path):
 def test_interrupted_copy_keeps_previous(sshd, tmp_path):
     """scp on a slow link (scp -l) is killed mid-copy: the old bundle stays current."""
     board = tmp_path / "board"
-    a = _bundle(tmp_path, 5)
+    a = signed_bundle(tmp_path, 5)
     ra = ssh.deploy(a, sshd, remote_dir=str(board))
-    big = _bundle(tmp_path, 6, pad_bytes=3 * 1024 * 1024)  # 3 MiB at 2 Mbit/s: ~12 s
+    big = signed_bundle(tmp_path, 6, pad_bytes=3 * 1024 * 1024)  # 3 MiB at 2 Mbit/s: ~12 s
     t0 = time.time()
     with pytest.raises(DeployError, match="did not finish"):
         ssh.deploy(big, sshd, remote_dir=str(board), transfer_timeout=1.5, bandwidth_kbps=2000)
@@ -186,7 +105,7 @@ def test_interrupted_copy_keeps_previous(sshd, tmp_path):
 def test_corrupting_link_is_caught_by_the_far_side_hash(sshd, tmp_path):
     """A copy program that delivers a truncated file and reports success: the board's hash check fails."""
     board = tmp_path / "board"
-    a = _bundle(tmp_path, 7)
+    a = signed_bundle(tmp_path, 7)
     ra = ssh.deploy(a, sshd, remote_dir=str(board))
     bad_scp = tmp_path / "bad_scp"
     bad_scp.write_text(f"""#!/bin/sh
@@ -199,7 +118,7 @@ exec {shutil.which('scp')} -q -o BatchMode=yes -i {sshd.identity} -P {sshd.port}
     bad_scp.chmod(0o755)
     target = ssh.SSHTarget(sshd.host, port=sshd.port, identity=sshd.identity, options=sshd.options, scp=str(bad_scp))
     with pytest.raises(DeployError, match="hash mismatch"):
-        ssh.deploy(_bundle(tmp_path, 8), target, remote_dir=str(board))
+        ssh.deploy(signed_bundle(tmp_path, 8), target, remote_dir=str(board))
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
     assert (board / "current").read_bytes() == a.read_bytes()
     assert os.listdir(board / "bundles") == [ra["bundle"]]
@@ -207,7 +126,7 @@ exec {shutil.which('scp')} -q -o BatchMode=yes -i {sshd.identity} -P {sshd.port}
 
 def test_verify_runs_golden_vectors_on_the_board(sshd, tmp_path):
     board = tmp_path / "board"
-    r = ssh.deploy(_bundle(tmp_path, 9), sshd, remote_dir=str(board), verify=True, remote_edgerun=REMOTE_EDGERUN)
+    r = ssh.deploy(signed_bundle(tmp_path, 9), sshd, remote_dir=str(board), verify=True, remote_edgerun=REMOTE_EDGERUN)
     assert r["verified"] is True
     assert r["verify"]["verified"] is True
     assert all(v == 0 for v in r["verify"]["verify"]["max_abs_diff"].values())
@@ -215,10 +134,10 @@ def test_verify_runs_golden_vectors_on_the_board(sshd, tmp_path):
 
 def test_failed_verify_keeps_previous(sshd, tmp_path):
     board = tmp_path / "board"
-    ra = ssh.deploy(_bundle(tmp_path, 10), sshd, remote_dir=str(board))
+    ra = ssh.deploy(signed_bundle(tmp_path, 10), sshd, remote_dir=str(board))
     with pytest.raises(DeployError, match="golden vectors failed"):
         # a board whose edgerun cannot run the bundle (here: a command that fails)
-        ssh.deploy(_bundle(tmp_path, 11), sshd, remote_dir=str(board), verify=True, remote_edgerun="false")
+        ssh.deploy(signed_bundle(tmp_path, 11), sshd, remote_dir=str(board), verify=True, remote_edgerun="false")
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
     assert os.listdir(board / "bundles") == [ra["bundle"]]
 
@@ -239,18 +158,18 @@ def test_verify_fails_when_board_lacks_edgerun(sshd, tmp_path):
                       cwd="/").returncode == 0:
         pytest.skip("the system python3 has edgerun installed")
     assert ssh.status(bare, str(board))["edgerun"] is None
-    ra = ssh.deploy(_bundle(tmp_path, 10), bare, remote_dir=str(board))
+    ra = ssh.deploy(signed_bundle(tmp_path, 10), bare, remote_dir=str(board))
     # --verify asks for a check the board cannot run: that is not a held check, so no switch
     with pytest.raises(ssh.VerifyFailed, match="edgerun is not installed on the board"):
-        ssh.deploy(_bundle(tmp_path, 12), bare, remote_dir=str(board), verify=True)
+        ssh.deploy(signed_bundle(tmp_path, 12), bare, remote_dir=str(board), verify=True)
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
 
 
 def test_unreachable_host_is_a_deploy_error(tmp_path):
-    t = ssh.SSHTarget("nobody@127.0.0.1", port=_free_port(), connect_timeout=3,
+    t = ssh.SSHTarget("nobody@127.0.0.1", port=free_port(), connect_timeout=3,
                       options=["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"])
     with pytest.raises(DeployError, match="cannot reach"):
-        ssh.deploy(_bundle(tmp_path, 13), t, remote_dir=str(tmp_path / "board"))
+        ssh.deploy(signed_bundle(tmp_path, 13), t, remote_dir=str(tmp_path / "board"))
 
 
 def test_bad_remote_dir_refused():
@@ -264,7 +183,7 @@ def test_bad_remote_dir_refused():
 @pytest.mark.slow
 def test_cli_deploy_json_and_rollback(sshd, tmp_path):
     board = tmp_path / "board"
-    a, b = _bundle(tmp_path, 14), _bundle(tmp_path, 15)
+    a, b = signed_bundle(tmp_path, 14), signed_bundle(tmp_path, 15)
     common = ["--host", sshd.host, "--port", str(sshd.port), "--identity", sshd.identity, "--dir", str(board)]
     for o in sshd.options:
         common += ["-o", o]
@@ -303,7 +222,7 @@ def _failing_goldens(tmp_path, seed: int) -> Path:
     from edgerun.bundle import archive, read_bundle, signing
     from edgerun.bundle import manifest as mf
 
-    good = _bundle(tmp_path, seed)
+    good = signed_bundle(tmp_path, seed)
     members = {n: bytes(b) for n, b in archive.unpack(good.read_bytes())}
     man = mf.loads(members["manifest.json"])
     out = man["golden"]["cases"][-1]["outputs"][0]
@@ -313,7 +232,7 @@ def _failing_goldens(tmp_path, seed: int) -> Path:
     for e in man["members"]:
         e["sha256"] = __import__("hashlib").sha256(members[e["name"]]).hexdigest()
     man_bytes = mf.dumps(man)
-    seed_bytes = signing.private_key_bytes(_KEY[0])
+    seed_bytes = signing.private_key_bytes(deploy_key())
     sig = signing.public_from_private(seed_bytes) + signing.sign(seed_bytes, signing.SIGNATURE_CONTEXT + man_bytes)
     parts = [("manifest.json", man_bytes)] + [(n, members[n]) for n in sorted(members)
                                              if n not in ("manifest.json", "signature.ed25519")]
@@ -327,7 +246,7 @@ def _failing_goldens(tmp_path, seed: int) -> Path:
 def test_failed_on_board_goldens_never_switch(sshd, tmp_path):
     """The real edgerun on the board runs the goldens, they fail: previous stays current, exit 1."""
     board = tmp_path / "board"
-    ra = ssh.deploy(_bundle(tmp_path, 20), sshd, remote_dir=str(board))
+    ra = ssh.deploy(signed_bundle(tmp_path, 20), sshd, remote_dir=str(board))
     bad = _failing_goldens(tmp_path, 21)
     with pytest.raises(ssh.VerifyFailed, match="golden vectors failed"):
         ssh.deploy(bad, sshd, remote_dir=str(board), verify=True, remote_edgerun=REMOTE_EDGERUN)
@@ -337,23 +256,16 @@ def test_failed_on_board_goldens_never_switch(sshd, tmp_path):
     # a board edgerun that exits 0 but reports verified=false (an old CLI that dropped exit codes)
     liar = f"{REMOTE_EDGERUN} run bundles/x --json >/dev/null 2>&1; echo '{{\"verified\": false}}'; true #"
     with pytest.raises(ssh.VerifyFailed, match="verified=false"):
-        ssh.deploy(_bundle(tmp_path, 22), sshd, remote_dir=str(board), verify=True, remote_edgerun=liar)
+        ssh.deploy(signed_bundle(tmp_path, 22), sshd, remote_dir=str(board), verify=True, remote_edgerun=liar)
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
     # through the console script: one line on stderr, exit 1, nothing switched
-    p = subprocess.run([*EDGERUN, "deploy", str(bad), *_cli_common(sshd, board), "--verify",
+    p = subprocess.run([*EDGERUN, "deploy", str(bad), *ssh_cli_args(sshd, board), "--verify",
                         "--remote-edgerun", REMOTE_EDGERUN], capture_output=True, check=False, text=True, timeout=120,
                        env=ENV)
     assert p.returncode == 1, p.stderr
     assert p.stderr.startswith("error: golden vectors failed") and len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
-
-
-def _cli_common(target, board) -> list[str]:
-    out = ["--host", target.host, "--port", str(target.port), "--identity", target.identity, "--dir", str(board)]
-    for o in target.options:
-        out += ["-o", o]
-    return out
 
 
 @pytest.mark.slow
@@ -363,7 +275,7 @@ def test_concurrent_deploys_serialize(sshd, tmp_path):
     import threading
 
     board = tmp_path / "board"
-    bundles = [_bundle(tmp_path, 30 + i) for i in range(4)]
+    bundles = [signed_bundle(tmp_path, 30 + i) for i in range(4)]
     results, errors = [], []
 
     def one(b):
@@ -393,19 +305,19 @@ def test_concurrent_deploys_serialize(sshd, tmp_path):
 def test_deploy_waits_for_the_board_lock(sshd, tmp_path):
     """Another deploy holds the directory's flock: this one waits, then gives up with one line."""
     board = tmp_path / "board"
-    ra = ssh.deploy(_bundle(tmp_path, 40), sshd, remote_dir=str(board))
+    ra = ssh.deploy(signed_bundle(tmp_path, 40), sshd, remote_dir=str(board))
     holder = subprocess.Popen(["flock", str(board / ".lock"), "sleep", "30"], start_new_session=True)
     try:
         time.sleep(0.5)
         t0 = time.time()
         with pytest.raises(DeployError, match="locked by another deploy"):
-            ssh.deploy(_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)
+            ssh.deploy(signed_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)
         assert 1.5 < time.time() - t0 < 20
     finally:
         os.killpg(holder.pid, 9)  # flock and its sleep (which inherited the locked descriptor)
         holder.wait()
     assert _links(board) == (f"bundles/{ra['bundle']}", None)
-    rb = ssh.deploy(_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)  # lock free again
+    rb = ssh.deploy(signed_bundle(tmp_path, 41), sshd, remote_dir=str(board), lock_timeout=2)  # lock free again
     assert rb["previous"] == f"bundles/{ra['bundle']}"
 
 
@@ -414,14 +326,14 @@ def test_gc_keeps_bundles_of_pending_deploys(sshd, tmp_path):
     """A bundle another deploy is about to switch to (its pending marker) or still copying (its
     incoming/*.part) survives this deploy's clean-up; that deploy's .part is not removed either."""
     board = tmp_path / "board"
-    ssh.deploy(_bundle(tmp_path, 50), sshd, remote_dir=str(board))
-    ssh.deploy(_bundle(tmp_path, 51), sshd, remote_dir=str(board))
+    ssh.deploy(signed_bundle(tmp_path, 50), sshd, remote_dir=str(board))
+    ssh.deploy(signed_bundle(tmp_path, 51), sshd, remote_dir=str(board))
     (board / "bundles" / "other-aaaaaaaaaaaa.bundle").write_bytes(b"x")
     (board / "pending" / "0123abcd").write_text("bundles/other-aaaaaaaaaaaa.bundle\n")
     (board / "bundles" / "copying-bbbbbbbbbbbb.bundle").write_bytes(b"y")
     part = board / "incoming" / "copying-bbbbbbbbbbbb.bundle.89abcdef.part"
     part.write_bytes(b"partial")
-    r = ssh.deploy(_bundle(tmp_path, 52), sshd, remote_dir=str(board))
+    r = ssh.deploy(signed_bundle(tmp_path, 52), sshd, remote_dir=str(board))
     kept = set(os.listdir(board / "bundles"))
     assert {"other-aaaaaaaaaaaa.bundle", "copying-bbbbbbbbbbbb.bundle", r["bundle"]} <= kept
     assert len(kept) == 4 and part.exists()
@@ -429,7 +341,7 @@ def test_gc_keeps_bundles_of_pending_deploys(sshd, tmp_path):
     # once the marker and part are gone, the next deploy collects them
     (board / "pending" / "0123abcd").unlink()
     part.unlink()
-    ssh.deploy(_bundle(tmp_path, 53), sshd, remote_dir=str(board))
+    ssh.deploy(signed_bundle(tmp_path, 53), sshd, remote_dir=str(board))
     assert len(os.listdir(board / "bundles")) == 2
 
 
@@ -439,12 +351,12 @@ def test_status_is_read_only(sshd, tmp_path):
     assert st["exists"] is False and st["current"] is None
     assert not (tmp_path / "never").exists()
     board = tmp_path / "board"
-    ssh.deploy(_bundle(tmp_path, 60), sshd, remote_dir=str(board))
+    ssh.deploy(signed_bundle(tmp_path, 60), sshd, remote_dir=str(board))
     before = sorted(str(p.relative_to(board)) for p in board.rglob("*"))
     st = ssh.status(sshd, str(board))
     assert st["exists"] and st["current"].startswith("bundles/")
     assert sorted(str(p.relative_to(board)) for p in board.rglob("*")) == before
-    p = subprocess.run([*EDGERUN, "deploy", *_cli_common(sshd, missing), "--status", "--json"],
+    p = subprocess.run([*EDGERUN, "deploy", *ssh_cli_args(sshd, missing), "--status", "--json"],
                        capture_output=True, check=False, text=True, timeout=60, env=ENV)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["exists"] is False and not (tmp_path / "never").exists()
@@ -456,7 +368,7 @@ def test_dash_dir_and_colon_path(sshd, tmp_path):
     name = f"-edgerun-test-{os.getpid()}"
     home = Path(sshd.run("pwd").stdout.strip())
     try:
-        a = _bundle(tmp_path, 70, name="host:a.bundle")  # scp would take 'host' as a host name
+        a = signed_bundle(tmp_path, 70, name="host:a.bundle")  # scp would take 'host' as a host name
         r = ssh.deploy(a, sshd, remote_dir=name)
         assert (home / name / "current").read_bytes() == a.read_bytes()
         assert ssh.status(sshd, name)["current"] == r["current"]
@@ -464,7 +376,7 @@ def test_dash_dir_and_colon_path(sshd, tmp_path):
     finally:
         shutil.rmtree(home / name, ignore_errors=True)
     # relative local path with ':' from the CLI
-    p = subprocess.run([*EDGERUN, "deploy", "host:a.bundle", *_cli_common(sshd, tmp_path / "b2")],
+    p = subprocess.run([*EDGERUN, "deploy", "host:a.bundle", *ssh_cli_args(sshd, tmp_path / "b2")],
                        capture_output=True, check=False, text=True, timeout=60, cwd=tmp_path, env=ENV)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "b2" / "current").read_bytes() == (tmp_path / "host:a.bundle").read_bytes()
@@ -472,12 +384,12 @@ def test_dash_dir_and_colon_path(sshd, tmp_path):
 
 def test_unsigned_bundle_refused_unless_allowed(sshd, tmp_path):
     board = tmp_path / "board"
-    u = write_bundle(_model(80), tmp_path / "u.bundle", target="rpi")
+    u = write_bundle(relu_model(80), tmp_path / "u.bundle", target="rpi")
     with pytest.raises(EdgerunError, match="not signed"):
         ssh.deploy(u, sshd, remote_dir=str(board))
     assert not board.exists()  # refused before touching the board
     r = ssh.deploy(u, sshd, remote_dir=str(board), allow_unsigned=True, verify=True, remote_edgerun=REMOTE_EDGERUN)
     assert r["verified"] is True and r["signed"] is False
-    p = subprocess.run([*EDGERUN, "deploy", str(u), *_cli_common(sshd, board)], capture_output=True, check=False, text=True,
+    p = subprocess.run([*EDGERUN, "deploy", str(u), *ssh_cli_args(sshd, board)], capture_output=True, check=False, text=True,
                        timeout=60, env=ENV)
     assert p.returncode != 0 and "not signed" in p.stderr and len(p.stderr.strip().splitlines()) == 1
