@@ -17,11 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_icount import start
-from tests.support.firmware_models import MLPERF_TINY, mlperf_tiny
+from bench_icount import bench_models, board_links
 
 from edgerun.bench.device import bench_device, bench_mlperf_tiny
-from edgerun.deploy.serial_link import SerialLink
 
 
 def main() -> None:
@@ -29,34 +27,23 @@ def main() -> None:
     ap.add_argument("--boards", default="mps2-an386,mps2-an500,mps2-an505")
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args()
-    models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}
-    for name in MLPERF_TINY:
-        m = mlperf_tiny(name)
-        if m is not None:
-            models[f"MLPerf Tiny {name}"] = m
+    models = bench_models("MLPerf Tiny")
     print("| model | board | instructions / inference (bench --device) | EEMBC `infer N W` median "
           "| per-op sum | top op types (share) | arena / RAM | model / slot |")
     print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
-    for board in a.boards.split(","):
-        q, url = start(board, False)
-        try:
-            with SerialLink(url, ack_timeout=30.0) as link:
-                link.hello()
-                for name, m in models.items():
-                    r = bench_device(m, url, runs=a.runs, warmup=1, profile=True, link=link)
-                    eng = next(iter(r["engines"].values()))
-                    insns = round(eng["p50_ms"] * 1e6)
-                    t = bench_mlperf_tiny(None, url, runs=a.runs, warmup=1, repeats=3, samples=0, link=link)
-                    ee = round(t["mlperf_tiny"]["performance"]["median_us_per_inference"] * 1000)
-                    p = r["profile"]
-                    top = ", ".join(f"{x['op']} {x['share']:.0%}" for x in p["by_type"][:3])
-                    d = r["device"]
-                    print(f"| {name} | {board} | {insns:,} | {ee:,} | {p['total_us'] * 1000:,} | {top} "
-                          f"| {d['arena_bytes']:,} / {d['arena_capacity_bytes']:,} "
-                          f"| {d['flash_bytes']:,} / {d['slot_bytes']:,} |", flush=True)
-        finally:
-            q.kill()
-            q.wait()
+    for board, url, link in board_links(a.boards):
+        for name, m in models.items():
+            r = bench_device(m, url, runs=a.runs, warmup=1, profile=True, link=link)
+            eng = next(iter(r["engines"].values()))
+            insns = round(eng["p50_ms"] * 1e6)
+            t = bench_mlperf_tiny(None, url, runs=a.runs, warmup=1, repeats=3, samples=0, link=link)
+            ee = round(t["mlperf_tiny"]["performance"]["median_us_per_inference"] * 1000)
+            p = r["profile"]
+            top = ", ".join(f"{x['op']} {x['share']:.0%}" for x in p["by_type"][:3])
+            d = r["device"]
+            print(f"| {name} | {board} | {insns:,} | {ee:,} | {p['total_us'] * 1000:,} | {top} "
+                  f"| {d['arena_bytes']:,} / {d['arena_capacity_bytes']:,} "
+                  f"| {d['flash_bytes']:,} / {d['slot_bytes']:,} |", flush=True)
 
 
 if __name__ == "__main__":

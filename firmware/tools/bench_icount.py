@@ -53,35 +53,53 @@ def start(board: str, portable: bool):
     return q, f"socket://127.0.0.1:{port}"
 
 
+def board_links(boards: str, portable: bool = False):
+    """Yields (board, url, link) for each board of the comma-separated list: the firmware built,
+    QEMU started with -icount, the serial link open and greeted; QEMU is stopped after each board."""
+    for board in boards.split(","):
+        q, url = start(board, portable)
+        try:
+            with SerialLink(url, ack_timeout=30.0) as link:
+                link.hello()
+                yield board, url, link
+        finally:
+            q.kill()
+            q.wait()
+
+
+def flash_with_inputs(m: bytes, url: str, link: SerialLink):
+    """Flashes the model over the open link; returns its MODEL_INFO and seed-0 random inputs."""
+    flash(m, url, link=link)
+    info = model_info(link)
+    return info, random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
+
+
+def bench_models(prefix: str) -> dict[str, bytes]:
+    """models/mcu_small.tflite and the MLPerf Tiny models that are cached, named `<prefix> <name>`."""
+    models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}
+    for name in MLPERF_TINY:
+        m = mlperf_tiny(name)
+        if m is not None:
+            models[f"{prefix} {name}"] = m
+    return models
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--boards", default="mps2-an386,mps2-an500,mps2-an505")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--portable", action="store_true", help="plain C inner loops (-DER_PORTABLE_KERNELS)")
     a = ap.parse_args()
-    models = {"mcu_small": (ROOT / "models" / "mcu_small.tflite").read_bytes()}
-    for name in MLPERF_TINY:
-        m = mlperf_tiny(name)
-        if m is not None:
-            models[f"mlperf-tiny {name}"] = m
+    models = bench_models("mlperf-tiny")
     print("| model | board | instructions / inference | arena bytes | model bytes |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for board in a.boards.split(","):
-        q, url = start(board, a.portable)
-        try:
-            with SerialLink(url, ack_timeout=30.0) as link:
-                link.hello()
-                for name, m in models.items():
-                    flash(m, url, link=link)
-                    info = model_info(link)
-                    xs = random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
-                    us = [run_with_link(link, xs, info)[1] for _ in range(a.runs)]
-                    insns = int(np.median(us) * 1000)
-                    kind = " (portable C)" if a.portable else ""
-                    print(f"| {name} | {board}{kind} | {insns:,} | {info.arena_bytes:,} | {len(m):,} |", flush=True)
-        finally:
-            q.kill()
-            q.wait()
+    for board, url, link in board_links(a.boards, a.portable):
+        for name, m in models.items():
+            info, xs = flash_with_inputs(m, url, link)
+            us = [run_with_link(link, xs, info)[1] for _ in range(a.runs)]
+            insns = int(np.median(us) * 1000)
+            kind = " (portable C)" if a.portable else ""
+            print(f"| {name} | {board}{kind} | {insns:,} | {info.arena_bytes:,} | {len(m):,} |", flush=True)
 
 
 if __name__ == "__main__":

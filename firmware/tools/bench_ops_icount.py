@@ -22,13 +22,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "firmware" / "tools"))
 
 import numpy as np  # noqa: E402
-from bench_icount import start  # noqa: E402
+from bench_icount import board_links, flash_with_inputs  # noqa: E402
 from tests.support.firmware_models import op_models, sum_models  # noqa: E402
 
-from edgerun.deploy.flash import flash, model_info, run_with_link  # noqa: E402
-from edgerun.deploy.serial_link import SerialLink  # noqa: E402
+from edgerun.deploy.flash import run_with_link  # noqa: E402
 from edgerun.ir import ModelBuilder  # noqa: E402
-from edgerun.testing import random_inputs, run_litert  # noqa: E402
+from edgerun.testing import run_litert  # noqa: E402
 
 N = 4096  # elements per op in the sized models below
 
@@ -96,40 +95,31 @@ def main() -> None:
     sum_twins = sum_models("uint8")
     print("| model | board | instructions / inference | per element | arena bytes |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for board in a.boards.split(","):
-        q, url = start(board, a.portable)
-        try:
-            with SerialLink(url, ack_timeout=30.0) as link:
-                link.hello()
-                for name, m in models.items():
-                    flash(m, url, link=link)
-                    info = model_info(link)
-                    xs = random_inputs([{"dtype": t.dtype, "shape": t.shape} for t in info.inputs], seed=0)
-                    got, us = run_with_link(link, xs, info)
-                    if name.startswith("SUM") or name in sum_twins:
-                        twin = sum_twins.get(name)
-                        if twin is None:  # the sized SUM: its uint8 twin built the same way
-                            b = ModelBuilder()
-                            x = b.input("x", (8, 512), "uint8", (0.05, 131))
-                            y = b.tensor("y", (8,), "uint8", (2.0, 128))
-                            b.op("SUM", [x, b.const("axes", np.array([1], np.int32))], [y], keep_dims=False)
-                            b.output(y)
-                            twin = b.to_bytes()
-                        w = run_litert(twin, [(xs[0].astype(np.int16) + 128).astype(np.uint8)], reference=True)[0]
-                        ok = got[0].tobytes() == (w.astype(np.int16) - 128).astype(np.int8).tobytes()
-                    else:
-                        want = run_litert(m, xs, reference=True)
-                        ok = all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
-                    if not ok:
-                        raise SystemExit(f"{name} on {board}: output differs from LiteRT's reference")
-                    elems = sum(t.nbytes // np.dtype(t.dtype).itemsize for t in info.inputs)
-                    kind = " (portable C)" if a.portable else ""
-                    insns = int(round(us * 1000))
-                    print(f"| {name} | {board}{kind} | {insns:,} | {insns / elems:.1f} | {info.arena_bytes:,} |",
-                          flush=True)
-        finally:
-            q.kill()
-            q.wait()
+    for board, url, link in board_links(a.boards, a.portable):
+        for name, m in models.items():
+            info, xs = flash_with_inputs(m, url, link)
+            got, us = run_with_link(link, xs, info)
+            if name.startswith("SUM") or name in sum_twins:
+                twin = sum_twins.get(name)
+                if twin is None:  # the sized SUM: its uint8 twin built the same way
+                    b = ModelBuilder()
+                    x = b.input("x", (8, 512), "uint8", (0.05, 131))
+                    y = b.tensor("y", (8,), "uint8", (2.0, 128))
+                    b.op("SUM", [x, b.const("axes", np.array([1], np.int32))], [y], keep_dims=False)
+                    b.output(y)
+                    twin = b.to_bytes()
+                w = run_litert(twin, [(xs[0].astype(np.int16) + 128).astype(np.uint8)], reference=True)[0]
+                ok = got[0].tobytes() == (w.astype(np.int16) - 128).astype(np.int8).tobytes()
+            else:
+                want = run_litert(m, xs, reference=True)
+                ok = all(g.tobytes() == w.tobytes() for g, w in zip(got, want))
+            if not ok:
+                raise SystemExit(f"{name} on {board}: output differs from LiteRT's reference")
+            elems = sum(t.nbytes // np.dtype(t.dtype).itemsize for t in info.inputs)
+            kind = " (portable C)" if a.portable else ""
+            insns = int(round(us * 1000))
+            print(f"| {name} | {board}{kind} | {insns:,} | {insns / elems:.1f} | {info.arena_bytes:,} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
