@@ -2,6 +2,7 @@
 plan-only kernel paths give exactly what LiteRT's reference kernels give, and exactly what the
 unfused steps give (``experimental_preserve_all_tensors`` keeps every step on its own)."""
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -361,7 +362,7 @@ def test_streaming_wakeword_outputs_through_the_compiled_plan(name):
         want = lt.get_tensor(out["index"])
         np.testing.assert_array_equal(er.get_tensor(out["index"]), want)
         states.append(np.concatenate([v.reshape(-1) for v in er.resources.values()]))
-    assert all(not np.array_equal(a, b) for a, b in zip(states, states[1:]))  # the state moves
+    assert all(not np.array_equal(a, b) for a, b in itertools.pairwise(states))  # the state moves
 
 
 def _wake_word_chain(pad: bool, wide: bool) -> bytes:
