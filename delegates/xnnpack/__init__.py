@@ -18,6 +18,8 @@ from edgerun.delegate import Availability, CapabilityTable, Delegate, OpCaps, Pa
 F = frozenset({"float32"})
 FQ = frozenset({"float32", "int8", "uint8"})
 FS8 = frozenset({"float32", "int8"})
+#: conv / FC also as "hybrid" (float32 activations, int8 constant weights: dynamic-range models)
+FQH = FQ | {"hybrid"}
 
 # Every row below is checked against LiteRT 2.3's XNNPACK delegate itself, one op model per row and
 # per limit, in both directions (tests/delegates/test_xnnpack_conformance.py). Where XNNPACK
@@ -148,13 +150,13 @@ _REDUCE = (r.const_input(1, "axes"), )
 OPS = {
     "ABS": OpCaps(F), "ADD": OpCaps(FQ, (_add_scales,)), "AVERAGE_POOL_2D": OpCaps(F, (r.rank_in(4),), "float32 only"),
     "BATCH_MATMUL": OpCaps(FS8, (_batch_matmul,), "int8 with constant right-hand side"), "CEIL": OpCaps(F),
-    "CONCATENATION": OpCaps(FQ, (_concat,), "at most 5 inputs, one quantization"), "CONV_2D": OpCaps(FQ, _CONV, "filter and bias constant, 4-D input"),
+    "CONCATENATION": OpCaps(FQ, (_concat,), "at most 5 inputs, one quantization"), "CONV_2D": OpCaps(FQH, _CONV, "filter and bias constant, 4-D input"),
     "COS": OpCaps(F),
     "DEPTH_TO_SPACE": OpCaps(FQ, _MOVE), "DEPTHWISE_CONV_2D": OpCaps(FQ, _CONV, "filter and bias constant, 4-D input"),
     "DEQUANTIZE": OpCaps(frozenset({"int8", "uint8", "float16"}), (_dequantize,), "float16 only of constants"),
     "DIV": OpCaps(F), "ELU": OpCaps(FS8), "EXP": OpCaps(F),
     "FLOOR": OpCaps(F),
-    "FULLY_CONNECTED": OpCaps(FQ, (r.const_input(1, "weights"), r.const_input(2, "bias", optional=True),
+    "FULLY_CONNECTED": OpCaps(FQH, (r.const_input(1, "weights"), r.const_input(2, "bias", optional=True),
                                    _weights(1)), "weights and bias constant"),
     "GELU": OpCaps(F), "HARD_SWISH": OpCaps(F, (), "float32 only"),
     "LEAKY_RELU": OpCaps(FQ, (_leaky_relu,), "quantized: scale ratio and alpha limits"),

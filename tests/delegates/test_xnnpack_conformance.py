@@ -103,6 +103,30 @@ def _runtime_operand(op: str, dtype: str) -> bytes:
     return b.to_bytes()
 
 
+def _hybrid(op: str, per_channel: bool) -> bytes:
+    """float32 activations with int8 constant weights (a dynamic-range quantized model's layer)."""
+    rng = np.random.default_rng(2)
+    b = ModelBuilder()
+    if op == "FULLY_CONNECTED":
+        x, wshape, n, axis, yshape = b.input("x", (2, 16), "float32"), (10, 16), 10, 0, (2, 10)
+    else:
+        x = b.input("x", (1, 5, 6, 8), "float32")
+        dw = op == "DEPTHWISE_CONV_2D"
+        wshape, n, axis = ((1, 3, 3, 8), 8, 3) if dw else ((4, 3, 3, 8), 4, 0)
+        yshape = (1, 3, 4, n)
+    sc = rng.uniform(0.005, 0.02, n).astype(np.float32) if per_channel else np.float32([0.01])
+    w = b.const("w", rng.integers(-127, 128, wshape).astype(np.int8), "int8", (sc, np.zeros(sc.size, np.int64), axis))
+    bias = b.const("b", np.zeros(n, np.float32))
+    y = b.tensor("y", yshape, "float32")
+    if op == "FULLY_CONNECTED":
+        b.op(op, [x, w, bias], [y], fused_activation_function=0, keep_num_dims=False, weights_format=0)
+    else:
+        b.op(op, [x, w, bias], [y], padding=1, stride_w=1, stride_h=1, dilation_w_factor=1, dilation_h_factor=1,
+             fused_activation_function=0, **({"depth_multiplier": 1} if op == "DEPTHWISE_CONV_2D" else {}))
+    b.output(y)
+    return b.to_bytes()
+
+
 def cases(op: str):
     """(tag, model) pairs for one op: its dtypes and the variants its limits depend on."""
     if op == "QUANTIZE":
@@ -130,6 +154,11 @@ def cases(op: str):
             yield f"{dt} run-time operand", _runtime_operand(op, dt)
     if op in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV"):
         yield "int8 per-tensor weights", one_op(op, "int8", per_channel=False)
+    if op in ("CONV_2D", "FULLY_CONNECTED"):
+        yield "hybrid per-channel weights", _hybrid(op, True)
+        yield "hybrid per-tensor weights", _hybrid(op, False)
+    if op == "DEPTHWISE_CONV_2D":
+        yield "hybrid per-channel weights", _hybrid(op, True)
     if op in FUSABLE:
         for dt in DTYPES[:2]:
             for act in (1, 2, 3, 4, 5):
