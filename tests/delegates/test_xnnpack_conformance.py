@@ -354,3 +354,22 @@ def test_partitions_grouped_as_litert_groups_them():
     lit.invoke()
     for g, det in zip(got, lit.get_output_details()):
         assert int(np.abs(g.astype(np.int32) - lit.get_tensor(det["index"]).astype(np.int32)).max()) <= 1
+
+
+CORPUS = [BENCH_INT8 / f"{m}.int8.tflite" for m in ("face_detection_short_range", "hand_landmark_lite",
+                                                    "pose_detection", "ppocr_det")]
+CORPUS += [Path.home() / ".cache" / "edgerun" / "mlperf_tiny" / f"{m}.tflite" for m in (
+    "ad01_int8", "kws_ref_model", "kws_ref_model_float32", "pretrainedResnet_quant", "str_ww_ref_model",
+    "vww_96_int8", "vww_96_float")]
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_partition_count_matches_litert_on_the_cached_corpus(path):
+    """The rest of the benchmark corpus, where cached (tools/bench.py, tools/fetch_models.py)."""
+    from edgerun.schema.reader import read_model
+    from edgerun.summary import xnnpack_partitions
+
+    if not path.is_file():
+        pytest.skip(f"{path} is not cached (tools/bench.py / tools/fetch_models.py fetch it)")
+    data = path.read_bytes()
+    assert xnnpack_partitions(read_model(data))[0] == litert_xnnpack_partitions(data)[0]
