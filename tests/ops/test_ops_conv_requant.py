@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from edgerun.ops.fixedpoint import bounded_requantizer, multiply_by_quantized_multiplier, quantize_multipliers
-from tests.ops.test_ops_conv import RELU, RELU6, conv_spec, dw_spec  # helpers only: no tests are re-collected
+from tests.support.op_specs import RELU, RELU6, conv_spec, dw_spec, run_fc_int8
 
 
 def _reference(x, m, shift, zp, qmin, qmax):
@@ -216,7 +216,6 @@ def test_fully_connected_threshold_table_every_accumulator(monkeypatch, per_chan
     and the layer against LiteRT's reference kernel through the table."""
     from edgerun.ops.common import round_half_away
     from edgerun.ops.fully_connected import FullyConnected
-    from tests.ops.test_ops_matmul import _run_fc_int8  # helper only
 
     kernels = []
     orig = FullyConnected.prepare
@@ -224,7 +223,7 @@ def test_fully_connected_threshold_table_every_accumulator(monkeypatch, per_chan
     rng = np.random.default_rng(4)
     wf = rng.normal(0, 0.5, (24, 3)).astype(np.float32)  # 24 units x 255 levels: under TABLE_THRESHOLDS
     bf = rng.normal(0, 0.3, 24).astype(np.float32)
-    _run_fc_int8((1, 3), wf, bf, (1, 24), act=act, per_channel=per_channel, w_zp=w_zp)
+    run_fc_int8((1, 3), wf, bf, (1, 24), act=act, per_channel=per_channel, w_zp=w_zp)
     k = [kn for kn in kernels if kn.quantized][-1]
     assert k.fast and k._table  # built by the LiteRT comparison's invoke
     offsets, thresholds, sub = k._table

@@ -13,8 +13,7 @@ from edgerun.ops.common import Requantizer, conv_output_size, scratch
 from edgerun.ops.fixedpoint import get_reciprocal, get_reciprocal_scalar, multiply_by_quantized_multiplier
 from edgerun.schema.tflite import Activation, Padding
 from edgerun.testing import compare_with_litert, run_edgerun, run_litert
-from tests.ops.test_ops_conv import conv_spec, dw_spec  # helpers only: no tests are re-collected
-from tests.ops.test_ops_nonlinear import single_op
+from tests.support.op_specs import concat_model, conv_spec, dw_spec, single_op
 
 
 def test_reciprocal_scalar_matches_vectorized():
@@ -379,7 +378,6 @@ def test_depthwise_int8_blocks_match_litert(monkeypatch, shape, dm, stride, cols
 
 def test_concatenation_int8_rescale_tables_every_code():
     """CONCATENATION's per-input rescale tables (int8 through LiteRT's uint8 kernel), every code."""
-    from tests.ops.test_ops_shape import concat_model  # helper only
 
     qs = [(0.05, -3), (0.1, 10), (0.013, -128)]
     qo = (0.07, 5)

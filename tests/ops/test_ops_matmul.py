@@ -15,68 +15,17 @@ from edgerun.ops.common import (
     Requantizer,
     exact_chunk,
     exact_int_matmul,
-    quantized_activation_range,
     round_half_away,
 )
 from edgerun.ops.fixedpoint import multiply_by_quantized_multiplier, quantize_multiplier
 from edgerun.schema.tflite import Activation
-from edgerun.testing import assert_close, compare_with_litert, run_edgerun, run_litert
-from tests.support.tflm import run_tflm
+from edgerun.testing import compare_with_litert, run_litert
+from tests.support.op_specs import assert_informative, fc_model, out_qparams, run_fc_int8
 
 NONE, RELU, RELU6, RELU_N1 = Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1
 
 
-def _out_qparams(values):
-    lo, hi = min(float(values.min()), 0.0), max(float(values.max()), 0.0)
-    scale = max(hi - lo, 1e-3) / 255.0
-    return np.float32(scale), int(np.clip(np.round(-128 - lo / scale), -128, 127))
-
-
-def _assert_informative(y, act=NONE, scale=1.0, zp=0):
-    lo, hi = quantized_activation_range(act, scale, zp)
-    distinct = len(np.unique(y))
-    assert distinct >= min(12, y.size // 3), f"only {distinct} distinct output values"
-    inside = np.mean((y > lo) & (y < hi))
-    assert inside >= 0.2, f"only {inside:.0%} of outputs strictly inside [{lo}, {hi}]"
-
-
-def _quantize(wf, per_channel):
-    scales = (np.abs(wf).max(axis=1) if per_channel else np.array([np.abs(wf).max()])).astype(np.float32) / 127
-    s = scales[:, None] if per_channel else scales[0]
-    return np.clip(np.round(wf / s), -127, 127).astype(np.int8), scales
-
-
 # --- FULLY_CONNECTED -------------------------------------------------------------------------
-
-def fc_model(dtype, x_shape, wf, bf, *, out_shape, keep_num_dims=False, act=NONE, bias_mode="const",
-             x_q=None, out_q=None, per_channel=True, w_zp=0, const_weights=True):
-    b = ModelBuilder()
-    units = wf.shape[0]
-    x = b.input("x", x_shape, dtype, x_q)
-    extra_inputs = []
-    if dtype == "float32":
-        w = b.const("w", wf.astype(np.float32)) if const_weights else b.input("w", wf.shape, "float32")
-        bias = None if bf is None else b.const("b", bf.astype(np.float32))
-    else:
-        wq, ws = _quantize(wf, per_channel)
-        if w_zp:
-            wq = np.clip(wq.astype(np.int32) + w_zp, -128, 127).astype(np.int8)
-        wquant = (ws, np.full(ws.size, w_zp, np.int64), 0)
-        w = b.const("w", wq, "int8", wquant) if const_weights else b.input("w", wq.shape, "int8", wquant)
-        extra_inputs = [] if const_weights else [wq]
-        bias = None
-        if bf is not None:
-            bs = (x_q[0] * ws).astype(np.float32)
-            bias = b.const("b", np.round(bf / np.broadcast_to(bs, bf.shape)).astype(np.int32), "int32",
-                           (bs, np.zeros(bs.size, np.int64), 0))
-    if not const_weights and dtype == "float32":
-        extra_inputs = [wf.astype(np.float32)]
-    y = b.tensor("y", out_shape, dtype, out_q)
-    ins = [x, w] + ([bias] if bias_mode == "const" and bias is not None else [-1] if bias_mode == "omitted" else [])
-    b.op("FULLY_CONNECTED", ins, [y], fused_activation_function=act, keep_num_dims=keep_num_dims)
-    b.output(y)
-    return b.to_bytes(), extra_inputs
-
 
 def _fc_out_shape(x_shape, k, units, keep):
     return tuple(x_shape[:-1]) + (units,) if keep else (int(np.prod(x_shape)) // k, units)
@@ -102,30 +51,6 @@ def _fc_case(case, seed=0):
     return c["x_shape"], wf, bf, _fc_out_shape(c["x_shape"], k, c["units"], c.get("keep", False)), c.get("keep", False)
 
 
-def _run_fc_int8(x_shape, wf, bf, out_shape, keep=False, *, act=NONE, per_channel=True, bias_mode="const",
-                 x_zp=5, x_scale=0.02, w_zp=0, const_weights=True, oracle="litert", seed=1):
-    rng = np.random.default_rng(seed)
-    x_q = (np.float32(x_scale), x_zp)
-    xq = rng.integers(-128, 128, x_shape).astype(np.int8)
-    xf = ((xq.astype(np.float32) - x_zp) * x_q[0]).astype(np.float32)
-    wq, ws = _quantize(wf, per_channel)
-    wdq = wq.astype(np.float32) * (ws[:, None] if per_channel else ws[0])
-    twin, extra = fc_model("float32", x_shape, wdq, bf, out_shape=out_shape, keep_num_dims=keep, bias_mode=bias_mode)
-    pre = (run_litert if oracle == "litert" else run_tflm)(twin, [xf])[0]
-    out_q = _out_qparams(pre)
-    model, extra = fc_model("int8", x_shape, wf, bf, out_shape=out_shape, keep_num_dims=keep, act=act,
-                            bias_mode=bias_mode, x_q=x_q, out_q=out_q, per_channel=per_channel, w_zp=w_zp,
-                            const_weights=const_weights)
-    inputs = [xq] + extra
-    if oracle == "litert":
-        got = compare_with_litert(model, inputs)[0]
-    else:
-        got = run_edgerun(model, inputs)[0]
-        assert_close([got], run_tflm(model, inputs))
-    _assert_informative(got, act, *out_q)
-    return got
-
-
 @pytest.mark.parametrize("case", sorted(FC_CASES))
 def test_fully_connected_float(case):
     x_shape, wf, bf, out_shape, keep = _fc_case(case)
@@ -137,7 +62,7 @@ def test_fully_connected_float(case):
 @pytest.mark.parametrize("case", sorted(set(FC_CASES) - {"batch1_k1"}))  # 5 outputs of 1 input: not informative
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
 def test_fully_connected_int8(case, per_channel):
-    _run_fc_int8(*_fc_case(case), per_channel=per_channel)
+    run_fc_int8(*_fc_case(case), per_channel=per_channel)
 
 
 @pytest.mark.parametrize("bias_mode", ["omitted", "none"])
@@ -148,7 +73,7 @@ def test_fully_connected_without_bias(bias_mode, dtype):
         model, _ = fc_model("float32", x_shape, wf, None, out_shape=out_shape, bias_mode=bias_mode)
         compare_with_litert(model, seed=4)
     else:
-        _run_fc_int8(x_shape, wf, None, out_shape, bias_mode=bias_mode, x_zp=-128, x_scale=0.01)
+        run_fc_int8(x_shape, wf, None, out_shape, bias_mode=bias_mode, x_zp=-128, x_scale=0.01)
 
 
 @pytest.mark.parametrize("act", [RELU, RELU6, RELU_N1], ids=["relu", "relu6", "relu_n1_to_1"])
@@ -160,13 +85,13 @@ def test_fully_connected_fused_activation(act, dtype):
         model, _ = fc_model("float32", x_shape, wf, bf, out_shape=out_shape, keep_num_dims=keep, act=act)
         compare_with_litert(model, seed=6)
     else:
-        _run_fc_int8(x_shape, wf, bf, out_shape, keep, act=act, x_scale=0.02 if act == RELU6 else 0.005)
+        run_fc_int8(x_shape, wf, bf, out_shape, keep, act=act, x_scale=0.02 if act == RELU6 else 0.005)
 
 
 def test_fully_connected_int8_per_tensor_weight_zero_point():
     # TFLite applies the filter zero point for per-tensor weights (not for per-channel ones)
     x_shape, wf, bf, out_shape, keep = _fc_case("2d", seed=7)
-    _run_fc_int8(x_shape, wf, bf, out_shape, per_channel=False, w_zp=3)
+    run_fc_int8(x_shape, wf, bf, out_shape, per_channel=False, w_zp=3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
@@ -177,7 +102,7 @@ def test_fully_connected_runtime_weights(dtype):
         x = np.random.default_rng(9).uniform(-3, 3, x_shape).astype(np.float32)
         compare_with_litert(model, [x] + extra)
     else:
-        _run_fc_int8(x_shape, wf, bf, out_shape, per_channel=False, const_weights=False)
+        run_fc_int8(x_shape, wf, bf, out_shape, per_channel=False, const_weights=False)
 
 
 @pytest.mark.parametrize("per_channel", [True, False], ids=["per_channel", "per_tensor"])
@@ -194,9 +119,9 @@ def test_fully_connected_int8_fixed_point_requant_matches_tflm(per_channel, monk
     wf = rng.normal(0, 1 / np.sqrt(k), (units, k)).astype(np.float32)
     bf = rng.normal(0, 0.3, units).astype(np.float32)
     out_shape = (64, 50)
-    ref = _run_fc_int8(x_shape, wf, bf, out_shape, per_channel=per_channel, x_zp=-7, x_scale=0.043)
+    ref = run_fc_int8(x_shape, wf, bf, out_shape, per_channel=per_channel, x_zp=-7, x_scale=0.043)
     monkeypatch.setattr(FullyConnected, "fixed_point_requant", True)
-    fixed = _run_fc_int8(x_shape, wf, bf, out_shape, per_channel=per_channel, x_zp=-7, x_scale=0.043,
+    fixed = run_fc_int8(x_shape, wf, bf, out_shape, per_channel=per_channel, x_zp=-7, x_scale=0.043,
                          oracle="tflm")
     assert (ref != fixed).any(), "the two requantization rules agree everywhere on this case"
     assert np.abs(ref.astype(int) - fixed).max() == 1
@@ -259,12 +184,12 @@ def _run_bmm_int8(xs, ys, adj, *, x_zp=-5, y_zp=9, const_rhs=False, out_dtype="i
     xf = ((xq.astype(np.float32) - x_zp) * qx[0]).astype(np.float32)
     yf = ((yq.astype(np.float32) - y_zp) * qy[0]).astype(np.float32)
     pre = run_litert(bmm_model("float32", xs, ys, out_shape, *adj), [xf, yf])[0]
-    qo = _out_qparams(pre) if out_dtype == "int8" else None
+    qo = out_qparams(pre) if out_dtype == "int8" else None
     model = bmm_model("int8", xs, ys, out_shape, *adj, qx=qx, qy=qy, qo=qo, y_const=yq if const_rhs else None,
                       out_dtype=out_dtype)
     got = compare_with_litert(model, [xq] if const_rhs else [xq, yq])[0]
     if out_dtype == "int8":
-        _assert_informative(got, NONE, *qo)
+        assert_informative(got, NONE, *qo)
     return got
 
 

@@ -10,26 +10,12 @@ import pytest
 from edgerun.errors import UnsupportedOpError
 from edgerun.ir import ModelBuilder
 from edgerun.testing import compare_with_litert, run_edgerun, run_litert
+from tests.support.op_specs import single_op
 
 ALL_CODES = np.arange(-128, 128, dtype=np.int8)
 
 # (scale, zero point): narrow ranges (|x| < 1) through very wide ones (|x| up to ~500)
 INPUT_QUANT = [(0.0039, -3), (0.02, 0), (0.0625, 17), (0.15, -128), (0.5, 100), (2.0, -7)]
-
-
-def single_op(op, x_shape, dtype, qi=None, qo=None, *, out_dtype=None, alpha=None, alpha_quant=None,
-              alpha_const=True, **options):
-    b = ModelBuilder()
-    inputs = [b.input("x", x_shape, dtype, qi)]
-    if alpha is not None:
-        if alpha_const:
-            inputs.append(b.const("alpha", alpha, dtype, alpha_quant))
-        else:
-            inputs.append(b.input("alpha", alpha.shape, dtype, alpha_quant))
-    y = b.tensor("y", x_shape, out_dtype or dtype, qo)
-    b.op(op, inputs, [y], **options)
-    b.output(y)
-    return b.to_bytes()
 
 
 def all_codes(shape, seed=0, copies=1):

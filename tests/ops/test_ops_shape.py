@@ -8,13 +8,9 @@ from edgerun.ir import DimensionMetadata, ModelBuilder, Sparsity
 from edgerun.runtime.interpreter import Interpreter
 from edgerun.schema.tflite import TENSOR_TYPE_CODES, Activation, DimensionType, MirrorPadMode
 from edgerun.testing import assert_close, compare_with_litert, random_inputs, run_edgerun, run_litert
+from tests.support.op_specs import Q, concat_model, q_for
 
-Q = (0.05, -3)
 ALL = ["float32", "int8", "int32", "int64"]
-
-
-def q_for(dtype):
-    return Q if dtype == "int8" else None
 
 
 def unary(op, dtype, in_shape, out_shape, consts=(), out_dtype=None, n_out=1, **options):
@@ -71,15 +67,6 @@ def test_transpose(dtype, shape, perm):
 
 
 # --- CONCATENATION / PACK / UNPACK / SPLIT / SPLIT_V -------------------------------------------
-def concat_model(dtype, shapes, axis, out_shape, qs=None, qo=None, act=Activation.NONE):
-    b = ModelBuilder()
-    xs = [b.input(f"x{i}", s, dtype, (qs[i] if qs else q_for(dtype))) for i, s in enumerate(shapes)]
-    y = b.tensor("y", out_shape, dtype, qo or q_for(dtype))
-    b.op("CONCATENATION", xs, [y], axis=axis, fused_activation_function=act)
-    b.output(y)
-    return b.to_bytes()
-
-
 @pytest.mark.parametrize("dtype", ALL + ["bool"])
 @pytest.mark.parametrize("axis", [1, -1, 0])
 def test_concatenation(dtype, axis):
