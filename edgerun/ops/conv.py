@@ -218,6 +218,11 @@ def _bind_requant(requant, acc: np.ndarray, bias, out: np.ndarray):
     return call
 
 
+#: a bound threshold-table call keeps a float64 copy of its filter (with the offsets row) up to
+#: this size; larger filters stay float32 (the requantizer's own call still takes the table)
+BOUND_F64_BYTES = 1 << 18
+
+
 def _bind_gemm(src, fill, wmat, table, bufs, requant, bias, out, m: int, k: int, o: int):
     """The bound call of a tiny int8 CONV_2D / FULLY_CONNECTED: copy ``src`` (a fixed int8 view
     of (m, k) values) to float columns, multiply by ``wmat`` (k, o), requantize into ``out``.
@@ -227,7 +232,7 @@ def _bind_gemm(src, fill, wmat, table, bufs, requant, bias, out, m: int, k: int,
     directly (integers below 2^53: exact whatever the summation order), and the requantization
     is one ``searchsorted`` and one subtraction into the output."""
     copyto, subtract = np.copyto, np.subtract
-    if table is not None:
+    if table is not None and (k + 1) * o * 8 <= BOUND_F64_BYTES:
         cols = np.zeros((m, k + 1), np.float64)
         cols[:, k] = 1.0
         tgt = _cols_view(cols[:, :k], src.shape)
@@ -701,7 +706,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         copyto, einsum, subtract = np.copyto, np.einsum, np.subtract
         inner, xin = fill if fill is not None else (None, None)
         table = _threshold_table(self.requant, self.bias, m, oc)
-        if table is not None:
+        if table is not None and (taps + 1) * oc * 8 <= BOUND_F64_BYTES:
             cols = np.zeros((m, taps + 1, oc), np.float64)
             cols[:, taps] = 1.0
             tgt = _cols_view(cols[:, :taps], src.shape)

@@ -143,6 +143,9 @@ class FullyConnected(Kernel):
     #: takes about 2.3x as long (MobileNet-v1's 1024x1001 classifier: 0.14 -> 0.32 ms) for 4 MB less
     KEEP_FLOAT_BYTES = 1 << 20
     WIDEN_BYTES = 1 << 20
+    #: the bound threshold-table call keeps a float64 copy of the weights (with the offsets
+    #: row) up to this size; larger layers' bound calls stay on the float32 weights
+    BOUND_F64_BYTES = 1 << 18
 
     def _widened_matmul(self, a: np.ndarray, out: np.ndarray) -> np.ndarray:
         """``a @ (w - 0).T`` from the int8 weights, widened in blocks of units, into ``out``."""
@@ -240,11 +243,12 @@ class FullyConnected(Kernel):
                                for r in range(0, w.shape[0], step)])
 
     def compile(self, ins, outs):
-        """The invoke plan's bound call for an int8 layer with constant weights whose outputs
-        take the threshold table (see ``edgerun.runtime.plan``): the rows are copied into float64
-        columns with a last column of ones, the weights carry the table's unit offsets as their
-        last row, so one GEMM gives ``acc + offsets`` (exact integers below 2^53) and one
-        ``searchsorted`` and one subtraction write the output view."""
+        """The invoke plan's bound call for an int8 layer with constant weights on the fast
+        (double) requantization (see ``edgerun.runtime.plan``): the rows are copied into
+        float64 columns with a last column of ones. When the outputs take the threshold table
+        the weights carry the table's unit offsets as their last row, so one GEMM gives
+        ``acc + offsets`` (exact integers below 2^53) and one ``searchsorted`` and one
+        subtraction write the output view; otherwise the last row is the bias."""
         if not (self.quantized and self.fast and not self.fixed_point_requant and self.w8 is None
                 and self.wmat is not None and self.wmat[0] is not None):
             return None
@@ -254,28 +258,55 @@ class FullyConnected(Kernel):
                 and out.shape == tuple(self.out_shape)):
             return None
         m, k, units = x.size // self.k, self.k, self.units
-        if m * units > self.TABLE_MAX:
-            return None
-        table = self._table if self._table is not None else self._build_table()
-        if table is False:
-            return None
-        offsets, thresholds, sub = table
+        table = False
+        if m * units <= self.TABLE_MAX and (k + 1) * units * 8 <= self.BOUND_F64_BYTES:
+            table = self._table if self._table is not None else self._build_table()
         src = x.reshape(m, k)
-        cols = np.zeros((m, k + 1), np.float64)
-        cols[:, k] = 1.0
-        tgt = cols[:, :k]
-        w64 = np.empty((k + 1, units), np.float64)
-        w64[:k] = self.wmat[0]
-        w64[k] = offsets
-        acc = np.empty((m, units), np.float64)
-        ss, flat, sub_t, o1 = thresholds.searchsorted, acc.reshape(-1), np.tile(sub, m), out.reshape(-1)
         copyto, dot, subtract = np.copyto, np.dot, np.subtract
+        if table is not False:
+            offsets, thresholds, sub = table
+            cols = np.zeros((m, k + 1), np.float64)
+            cols[:, k] = 1.0
+            tgt = cols[:, :k]
+            w64 = np.empty((k + 1, units), np.float64)
+            w64[:k] = self.wmat[0]
+            w64[k] = offsets
+            acc = np.empty((m, units), np.float64)
+            ss, flat, sub_t, o1 = thresholds.searchsorted, acc.reshape(-1), np.tile(sub, m), out.reshape(-1)
 
-        def call():
-            copyto(tgt, src, casting="unsafe")
-            dot(cols, w64, out=acc)
-            subtract(ss(flat, "right"), sub_t, out=o1, casting="unsafe")
-        return call
+            def call():
+                copyto(tgt, src, casting="unsafe")
+                dot(cols, w64, out=acc)
+                subtract(ss(flat, "right"), sub_t, out=o1, casting="unsafe")
+            return call
+        # eval's double requantization on fixed buffers: the float32 GEMM (exact: one chunk),
+        # acc + bias in float64 (exact integers below 2^31), the same product by eff; rint is
+        # C's round except at exact ties, which are found from the exact remainder v - rint(v)
+        # and redone by round_half_away
+        wmat, chunk, _ = self.wmat
+        if k > chunk:
+            return None
+        a32 = np.empty((m, k), np.float32)
+        acc32 = np.empty((m, units), np.float32)
+        acc = np.empty((m, units), np.float64)
+        r, d = np.empty_like(acc), np.empty_like(acc)
+        o2 = out.reshape(m, units)
+        bias_f, eff, zp, lo, hi = self.bias_f, self.eff, float(self.y_zp), self.lo, self.hi
+        multiply, rint, add, matmul = np.multiply, np.rint, np.add, np.matmul
+
+        def call_double():
+            copyto(a32, src, casting="unsafe")
+            matmul(a32, wmat, out=acc32)
+            add(acc32, bias_f, out=acc)
+            multiply(acc, eff, out=acc)
+            rint(acc, out=r)
+            subtract(acc, r, out=d)
+            if d.max() == 0.5 or d.min() == -0.5:
+                copyto(r, round_half_away(acc))
+            add(r, zp, out=r)
+            clip_ufunc(r, lo, hi, out=r)
+            copyto(o2, r, casting="unsafe")
+        return call_double
 
     def eval(self, inputs):
         x, w = inputs[0], inputs[1]

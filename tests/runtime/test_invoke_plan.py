@@ -440,3 +440,43 @@ def test_conv_depthwise_fc_bound_calls_bit_exact(monkeypatch, pad, wide, preserv
     for cls in (Conv2D, DepthwiseConv2D, FullyConnected):
         monkeypatch.setattr(cls, "compile", lambda self, ins, outs: None)
     assert all(np.array_equal(a, b) for a, b in zip(_run(data, [x]), got))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_fully_connected_bound_double_requantization_with_ties(monkeypatch, per_channel):
+    """int8 FULLY_CONNECTED with more outputs than the threshold table takes: the bound call's
+    double requantization (rint, exact ties redone as round half away) equals LiteRT's reference
+    kernel and eval. Per tensor the scales make eff exactly 0.5, so every odd acc + bias is a tie."""
+    from edgerun.ops.fully_connected import FullyConnected
+
+    rng = np.random.default_rng(11)
+    k, u = 96, 200
+    b = ModelBuilder()
+    x = b.input("x", (2, k), "int8", (0.5, 3))
+    w = rng.integers(-127, 128, (u, k)).astype(np.int8)
+    if per_channel:
+        sw = rng.uniform(0.001, 0.004, u).astype(np.float32)
+        wq = (sw, np.zeros(u, np.int64), 0)
+        bq = (0.5 * sw, np.zeros(u, np.int64), 0)
+    else:
+        wq, bq = (0.25, 0), (0.125, 0)
+    y = b.tensor("y", (2, u), "int8", (0.25 if not per_channel else 1.5, -4))
+    b.op("FULLY_CONNECTED", [x, b.const("w", w, "int8", wq),
+                             b.const("b", rng.integers(-200, 200, u).astype(np.int32), "int32", bq)], [y],
+         fused_activation_function=0)
+    b.output(y)
+    data = b.to_bytes()
+    bound = []
+    orig = FullyConnected.compile
+    monkeypatch.setattr(FullyConnected, "compile",
+                        lambda self, ins, outs: bound.append(orig(self, ins, outs)) or bound[-1])
+    xs = [rng.integers(-6, 7, (2, k)).astype(np.int8) for _ in range(2)]
+    if per_channel:
+        xs.append(rng.integers(-128, 128, (2, k)).astype(np.int8))
+    for xv in xs:
+        got = _run(data, [xv])[0]
+        assert np.array_equal(got, _litert(data, [xv])[0])
+        assert len(np.unique(got)) > 8
+    assert bound and all(c is not None for c in bound)
+    monkeypatch.setattr(FullyConnected, "compile", lambda self, ins, outs: None)
+    assert np.array_equal(_run(data, [xs[-1]])[0], got)
