@@ -4,7 +4,6 @@ to the host interpreter's dequantized output digit for digit, refusals as e-[...
 back to edgerun frames, and `edgerun bench --device PORT --mlperf-tiny`."""
 
 import json
-import math
 import struct
 import termios
 import time
@@ -20,7 +19,7 @@ from edgerun.deploy.flash import flash, run_on_device
 from edgerun.deploy.serial_link import DeviceError, SerialLink
 from edgerun.runtime.interpreter import Interpreter
 from edgerun.testing import run_edgerun
-from tests.support.firmware_harness import ROOT, Rig
+from tests.support.firmware_harness import ROOT, Rig, eembc_results_line
 
 SHIPPED = ROOT / "models" / "mcu_small.tflite"
 
@@ -32,18 +31,6 @@ def rig(tmp_path):
     r.close()
     log = r.fw.log
     assert b"ERROR: AddressSanitizer" not in log and b"runtime error" not in log, log.decode()[-3000:]
-
-
-def _expected_line(model: bytes, x: np.ndarray) -> str:
-    """m-results as the firmware prints it: (double)scale * (q - zp), 6 decimals, half up."""
-    q = run_edgerun(model, [x])[0].ravel()
-    d = Interpreter(model_content=model).get_output_details()[0]
-    scale, zp = d["quantization"]
-    parts = []
-    for v in (float(np.float32(scale)) * (int(a) - zp) for a in q):
-        u = math.floor(abs(v) * 1e6 + 0.5)
-        parts.append(f"{'-' if v < 0 else ''}{u // 1000000}.{u % 1000000:06d}")
-    return "m-results-[" + ",".join(parts) + "]"
 
 
 def test_text_grammar_over_pty(rig):
@@ -85,7 +72,7 @@ def test_text_grammar_over_pty(rig):
         assert lines[:3] == ["m-warmup-start-2", "m-warmup-done", "m-infer-start-3"]
         assert lines[3].startswith("m-lap-us-") and lines[4].startswith("m-lap-us-")
         assert lines[5] == "m-infer-done"
-        expected = _expected_line(model, x)
+        expected = eembc_results_line(model, x)
         assert lines[6] == expected
         assert ee.command("results") == [expected]
         assert len(parse_results(expected)) == 10
@@ -154,7 +141,7 @@ def test_reference_command_set_over_pty(rig):
         assert lines[:3] == ["m-warmup-start-10", "m-warmup-done", "m-infer-start-2"]
         lines = ee.command("infer")
         assert lines[:3] == ["m-warmup-start-10", "m-warmup-done", "m-infer-start-1"]
-        assert lines[-1] == _expected_line(model, x)
+        assert lines[-1] == eembc_results_line(model, x)
 
         # uint8 pixels, as the runner sends the IC/VWW datasets: minus 128 on the board
         pixels = rng.integers(0, 256, size=(1, 16, 16, 3), dtype=np.uint8)
@@ -162,7 +149,7 @@ def test_reference_command_set_over_pty(rig):
         ee.load(pixels.tobytes(), chunk=31)
         shifted = (pixels.astype(np.int16) - 128).astype(np.int8)
         assert ee.command("db print 16") == _buffer_lines(shifted.tobytes()[:16])
-        assert ee.command("infer 1 0")[-1] == _expected_line(model, shifted)
+        assert ee.command("infer 1 0")[-1] == eembc_results_line(model, shifted)
         assert ee.command("db format raw") == ["m-db-format-raw"]
         with pytest.raises(DeviceError, match="db format raw\\|u8"):
             ee.command("db format float")
@@ -178,7 +165,7 @@ def test_reference_command_set_over_pty(rig):
         ee.load(vals.astype("<f4").tobytes(), chunk=31)
         assert ee.command("db print") == _buffer_lines(q.tobytes())
         assert ee.command("results")  # still the last inference's
-        assert ee.command("infer 1 0")[-1] == _expected_line(model, q)
+        assert ee.command("infer 1 0")[-1] == eembc_results_line(model, q)
         with pytest.raises(DeviceError, match=r"N from 1 to 768 \(input 0's bytes\), or 3072 \(float32"):
             ee.command("db load 3071")
         ee.leave()
@@ -211,7 +198,7 @@ def test_energy_mode_switches_baud_and_pulses_the_timestamp_line(rig):
         ee.load(x.tobytes(), chunk=26)  # the runner's chunk size with a power monitor
         lines = ee.command("infer 3 1")
         assert lines == ["m-warmup-start-1", "m-warmup-done", "m-infer-start-3", "m-infer-done",
-                         _expected_line(model, x)]
+                         eembc_results_line(model, x)]
         ee.leave()
         assert link.ser.baudrate == 115200
         speed = termios.tcgetattr(rig.dev_master)
@@ -276,7 +263,7 @@ def test_the_mlperf_tiny_runner_drives_the_board(rig, runner_dut):
     laps = [int(m.group(1)) for m in (re.match(r"^m-lap-us-([0-9]+)$", ln) for ln in lines) if m]
     results = [m.group(1) for m in (re.match(r"^m-results-\[([^]]+)\]$", ln) for ln in lines) if m]
     assert len(laps) == 2 and laps[1] >= laps[0]
-    assert len(results) == 1 and "m-results-[" + results[0] + "]" == _expected_line(model, x)
+    assert len(results) == 1 and "m-results-[" + results[0] + "]" == eembc_results_line(model, x)
     assert lines[-1] == "m-ready"
     with SerialLink(rig.port) as link:  # a frame still ends the text mode
         assert link.hello().board == "posix"

@@ -161,7 +161,7 @@ def test_streaming_wakeword_state_on_cortex_m4(board):
     LiteRT interpreter (skipped when the pymicro-wakeword wheel is not cached)."""
     import numpy as np
 
-    from tests.firmware.test_firmware_streaming import WAKEWORD
+    from tests.support.firmware_models import WAKEWORD
 
     path = WAKEWORD / "hey_mycroft.tflite"
     if not path.exists():
@@ -218,7 +218,7 @@ def test_more_boards_cortex_m7_and_m33(machine):
             # the EEMBC mode's energy timestamps drive this board's own FPGA I/O LED (another
             # address on the AN505) and its UART divider moves to 9600 baud and back
             from edgerun.bench.device import EembcLink
-            from tests.firmware.test_firmware_eembc import _expected_line
+            from tests.support.firmware_harness import eembc_results_line
 
             flash(chosen["mcu_small"], url, link=link)
             x = random_inputs(make_interpreter(chosen["mcu_small"], reference=True).get_input_details(), seed=4)[0]
@@ -226,7 +226,7 @@ def test_more_boards_cortex_m7_and_m33(machine):
             assert ee.enter(energy=True, baud=9600) == f"edgerun-{machine}"
             assert ee.command("timestamp") == []
             ee.load(x.tobytes(), chunk=26)
-            assert ee.command("infer 2 1")[-1] == _expected_line(chosen["mcu_small"], x)
+            assert ee.command("infer 2 1")[-1] == eembc_results_line(chosen["mcu_small"], x)
             ee.leave()
             assert link.hello().board == machine
     finally:
@@ -242,7 +242,7 @@ def test_eembc_energy_mode_on_cortex_m4(board):
     import numpy as np
 
     from edgerun.bench.device import EembcLink
-    from tests.firmware.test_firmware_eembc import _expected_line
+    from tests.support.firmware_harness import eembc_results_line
 
     _q, url = board
     model = SHIPPED.read_bytes()
@@ -255,13 +255,13 @@ def test_eembc_energy_mode_on_cortex_m4(board):
         assert ee.command("timestamp") == []
         ee.load(x.tobytes(), chunk=26)
         assert ee.command("infer 3 1") == ["m-warmup-start-1", "m-warmup-done", "m-infer-start-3", "m-infer-done",
-                                           _expected_line(model, x)]
+                                           eembc_results_line(model, x)]
         ee.leave()
         assert link.hello().board == "mps2-an386"
         ee.enter()  # performance mode: m-lap-us stamps around the timed inferences
         ee.load(x.tobytes(), chunk=31)
         lines = ee.command("infer 2 0")
-        assert [ln[:9] for ln in lines[3:5]] == ["m-lap-us-"] * 2 and lines[-1] == _expected_line(model, x)
+        assert [ln[:9] for ln in lines[3:5]] == ["m-lap-us-"] * 2 and lines[-1] == eembc_results_line(model, x)
         ee.leave()
         assert link.hello().board == "mps2-an386"
 

@@ -4,9 +4,6 @@ their state across INVOKEs exactly as one LiteRT interpreter (reference kernels)
 invoke() calls: a sequence of frames must give LiteRT's bytes at every step. Models come from the
 pymicro-wakeword wheel cached by tests/runtime/test_external_models.py; skipped when absent."""
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
@@ -14,9 +11,8 @@ from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_byte
 from edgerun.deploy.flash import model_info, run_with_link
 from edgerun.litert import make_interpreter
 from tests.support.firmware_harness import raw_flash, sanitized_device
+from tests.support.firmware_models import WAKEWORD
 
-CACHE = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures"))
-WAKEWORD = CACHE / "pymicro-wakeword-2.5.0"
 NAMES = ["hey_mycroft", "okay_nabu"]
 
 

@@ -290,3 +290,23 @@ def raw_flash(link, model: bytes) -> tuple[int, int]:
     link.request(P.CMD_END, digest)
     reply = link.request(P.CMD_COMMIT, P.COMMIT.pack(slot, digest))
     return P.ACTIVE_REPLY.unpack_from(reply)
+
+
+def eembc_results_line(model: bytes, x) -> str:
+    """The EEMBC mode's m-results line for ``model`` on input ``x`` as the firmware prints it:
+    (double)scale * (q - zp) of the host interpreter's output, 6 decimals, half up."""
+    import math
+
+    import numpy as np
+
+    from edgerun.runtime.interpreter import Interpreter
+    from edgerun.testing import run_edgerun
+
+    q = run_edgerun(model, [x])[0].ravel()
+    d = Interpreter(model_content=model).get_output_details()[0]
+    scale, zp = d["quantization"]
+    parts = []
+    for v in (float(np.float32(scale)) * (int(a) - zp) for a in q):
+        u = math.floor(abs(v) * 1e6 + 0.5)
+        parts.append(f"{'-' if v < 0 else ''}{u // 1000000}.{u % 1000000:06d}")
+    return "m-results-[" + ",".join(parts) + "]"

@@ -8,6 +8,9 @@ scales drawn from a seeded generator, for byte-exact comparison with LiteRT's re
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -572,6 +575,11 @@ def unsupported_model() -> bytes:
     b.output(y)
     return b.to_bytes()
 
+
+#: microWakeWord's int8 streaming models, from the pymicro-wakeword wheel that
+#: tests/runtime/test_external_models.py caches (under $EDGERUN_FIXTURES when set); tests skip when absent.
+FIXTURES = Path(os.environ.get("EDGERUN_FIXTURES", Path.home() / ".cache" / "edgerun" / "fixtures"))
+WAKEWORD = FIXTURES / "pymicro-wakeword-2.5.0"
 
 #: MLPerf Tiny's five reference int8 models (github.com/mlcommons/tiny, benchmark/training/*/
 #: trained_models/), fetched once per process by tools/fetch_models.py (pinned commit, size and
