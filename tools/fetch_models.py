@@ -36,30 +36,36 @@ URL_ENV = "EDGERUN_MLPERF_TINY_URL"
 CACHE = Path.home() / ".cache" / "edgerun" / "mlperf_tiny"
 _T = "benchmark/training"
 
+
+def _trained(task: str, name: str, size: int, sha: str) -> tuple[str, tuple[str, int, str]]:
+    """A model of benchmark/training/<task>/trained_models/: (cache name, (path, size, SHA-256))."""
+    return name, (f"{_T}/{task}/trained_models/{name}", size, sha)
+
+
 #: file name in the cache -> (path in the repository, size in bytes, SHA-256)
-INT8 = {
-    "vww_96_int8.tflite": (f"{_T}/visual_wake_words/trained_models/vww_96_int8.tflite", 333288,
-                           "597a384c8c2c8a1276f04702f25013b7838f2f814f1ca7c174d295b73e3d6b7b"),
-    "pretrainedResnet_quant.tflite": (f"{_T}/image_classification/trained_models/pretrainedResnet_quant.tflite",
-                                      98496, "3c002613d1b2475eb51dd78dfb85a546c8ae658dee71cf6ade43b022fe205415"),
-    "kws_ref_model.tflite": (f"{_T}/keyword_spotting/trained_models/kws_ref_model.tflite", 53936,
-                             "aeea436800704fce17b17292e4412630ad856e9d777c044c64ef748a880bd0ae"),
-    "ad01_int8.tflite": (f"{_T}/anomaly_detection/trained_models/ad01_int8.tflite", 276976,
-                         "87cf24194ef93d1d9b11a591d805526b98008e351655d29883c825c9c106ba24"),
-    "str_ww_ref_model.tflite": (f"{_T}/streaming_wakeword/trained_models/str_ww_ref_model.tflite", 74520,
-                                "3af8550895ba7d5c584277102b5075c52dcfa63ba9d2b2240f37c4e6abd5dd2b"),
-}
+INT8 = dict([
+    _trained("visual_wake_words", "vww_96_int8.tflite", 333288,
+             "597a384c8c2c8a1276f04702f25013b7838f2f814f1ca7c174d295b73e3d6b7b"),
+    _trained("image_classification", "pretrainedResnet_quant.tflite", 98496,
+             "3c002613d1b2475eb51dd78dfb85a546c8ae658dee71cf6ade43b022fe205415"),
+    _trained("keyword_spotting", "kws_ref_model.tflite", 53936,
+             "aeea436800704fce17b17292e4412630ad856e9d777c044c64ef748a880bd0ae"),
+    _trained("anomaly_detection", "ad01_int8.tflite", 276976,
+             "87cf24194ef93d1d9b11a591d805526b98008e351655d29883c825c9c106ba24"),
+    _trained("streaming_wakeword", "str_ww_ref_model.tflite", 74520,
+             "3af8550895ba7d5c584277102b5075c52dcfa63ba9d2b2240f37c4e6abd5dd2b"),
+])
 #: the float models tools/bench_quantizers.py quantizes
-FLOAT = {
-    "vww_96_float.tflite": (f"{_T}/visual_wake_words/trained_models/vww_96_float.tflite", 866284,
-                            "115bbc094d2119561320a21f01b6500a18bea8cc8589282ab007097bec8af38c"),
-    "pretrainedResnet.tflite": (f"{_T}/image_classification/trained_models/pretrainedResnet.tflite", 318144,
-                                "b5c0046d6e0328b4956afd6baa29555a29b1f1c65bdd45aaed75b7cd484d9f79"),
-    "kws_ref_model_float32.tflite": (f"{_T}/keyword_spotting/trained_models/kws_ref_model_float32.tflite", 43392,
-                                     "e5004c6f1012246e33fa068d8488325538e0444073cd361f5a7edb40c73f12d2"),
-    "ad01_fp32.tflite": (f"{_T}/anomaly_detection/trained_models/ad01_fp32.tflite", 1067648,
-                         "c66636f4d7f8af8b10518e7be750a22c9d8d46ec97326b40b0d94c097e0aad9b"),
-}
+FLOAT = dict([
+    _trained("visual_wake_words", "vww_96_float.tflite", 866284,
+             "115bbc094d2119561320a21f01b6500a18bea8cc8589282ab007097bec8af38c"),
+    _trained("image_classification", "pretrainedResnet.tflite", 318144,
+             "b5c0046d6e0328b4956afd6baa29555a29b1f1c65bdd45aaed75b7cd484d9f79"),
+    _trained("keyword_spotting", "kws_ref_model_float32.tflite", 43392,
+             "e5004c6f1012246e33fa068d8488325538e0444073cd361f5a7edb40c73f12d2"),
+    _trained("anomaly_detection", "ad01_fp32.tflite", 1067648,
+             "c66636f4d7f8af8b10518e7be750a22c9d8d46ec97326b40b0d94c097e0aad9b"),
+])
 #: the benchmark runner's device-under-test driver (Apache-2.0, run unmodified from the cache by
 #: tests/firmware/test_firmware_eembc.py to drive the firmware's EEMBC mode as the runner does)
 RUNNER = {
