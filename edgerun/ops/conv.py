@@ -202,20 +202,84 @@ def _table_tail(table, acc: np.ndarray, out: np.ndarray, rows: int):
     return thresholds.searchsorted, acc.reshape(-1), np.tile(sub, rows), out.reshape(-1)
 
 
+#: right shifts up to this many take the bound float64 requantization (see _f64_requant)
+F64_MAX_RIGHT = 10
+
+
+def _f64_requant(requant, acc: np.ndarray, bias, out: np.ndarray):
+    """``requant(acc, bias, out)`` as bound float64 passes with no recomputation, or None.
+
+    With ``x = acc + bias`` (exact integers, ``|x| < 2^24``), ``t = x*mu + c0`` and ``delta`` as
+    in ``BoundedRequantizer``, the reference result plus 128 is ``floor(t')``, ``t' = t`` for
+    ``x >= 0`` and ``t - delta`` for ``x < 0`` (every ``m' >= 2^30`` or ``right == 0``, as its
+    ``signed`` mode). ``t'`` is a multiple of ``2^-T``, ``T = 31 + right``, so with
+    ``right <= 10`` its fraction is at most ``1 - 2^-41``. Computed in float64,
+    ``a = x*mu + copysign(delta/2, x) + (c0 - delta/2 + 2^-42)`` (the constant is exact: its
+    bits span 2^8 .. 2^-42) has three roundings; for every ``t'`` in ``[-2, 512)`` (all others
+    saturate either way) each intermediate is below 1024 in magnitude, so each rounding is at
+    most 2^-44 and ``a`` lies in ``[t', t' + 2^-42 + 3 * 2^-44] within [t', t' + 2^-41)``:
+    ``floor(a) == floor(t')`` for every input, nothing to recompute. Passes: add, two bit
+    operations (the copysign), multiply, two adds, clip, cast to uint8 (floor of a value >= 0),
+    XOR of the output bytes."""
+    m, c = acc.shape
+    params = getattr(requant, "_channel_params", None)
+    if (params is None or acc.dtype != np.float32 or not acc.flags.c_contiguous or requant.dtype is not np.int8
+            or requant.m.ndim > 1 or requant.m.size not in (1, c) or not isinstance(bias, np.ndarray)
+            or bias.shape != (c,)):
+        return None
+    p = params(bias, c)
+    if p is None:
+        return None
+    m2, right, b, mu, c0, delta, bmax = p
+    if bmax >= 2.0 ** 24 or int(right.max(initial=0)) > F64_MAX_RIGHT or not bool(
+            np.all((m2 >= (1 << 30)) | (right == 0))):
+        return None
+    from edgerun.ops.common import clip_ufunc
+
+    b64 = b.astype(np.float64)
+    cc = c0 - delta / 2 + 2.0 ** -42
+    half = (delta / 2).view(np.int64)
+    t = np.empty((m, c), np.float64)
+    ti = t.view(np.int64)
+    sg = np.empty((m, c), np.int64)
+    sgf = sg.view(np.float64)
+    u = out.reshape(m, c).view(np.uint8)
+    lo, hi = float(requant.qmin + 128), float(requant.qmax + 128) + 0.5
+    sign_bit, x80 = np.int64(-(1 << 63)), np.uint8(0x80)
+    add, multiply, band, bor, bxor, copyto = (np.add, np.multiply, np.bitwise_and, np.bitwise_or,
+                                              np.bitwise_xor, np.copyto)
+
+    def call():
+        add(acc, b64, out=t)  # exact integers
+        band(ti, sign_bit, out=sg)
+        bor(sg, half, out=sg)  # copysign(delta/2, x) by bits
+        multiply(t, mu, out=t)
+        add(t, sgf, out=t)
+        add(t, cc, out=t)
+        clip_ufunc(t, lo, hi, out=t)
+        copyto(u, t, casting="unsafe")
+        bxor(u, x80, out=u)
+    return call
+
+
 def _bind_requant(requant, acc: np.ndarray, bias, out: np.ndarray):
-    """``requant(acc, bias, out=out)`` over fixed arrays (the result copied when the requantizer
-    returns another array). A bound copy of ``BoundedRequantizer``'s float32 passes was
+    """``requant(acc, bias, out=out)`` over fixed arrays: the float64 passes of
+    :func:`_f64_requant` where they apply, else the requantizer's own call (the result copied
+    when it returns another array). A bound copy of ``BoundedRequantizer``'s float32 passes was
     measured and dropped: in-model no faster (str_ww, kws, vww, thread CPU in-process A/B),
-    since the int64 recomputation of the few values next to a step runs on almost every call
-    of these small layers."""
+    since its int64 recomputation of the values next to a step runs on almost every call of
+    these small layers."""
+    call = _f64_requant(requant, acc, bias, out)
+    if call is not None:
+        return call
     o2 = out.reshape(acc.shape)
     copyto = np.copyto
 
-    def call():
+    def call_base():
         res = requant(acc, bias, out=o2)
         if res is not o2:
             copyto(o2, res)
-    return call
+    return call_base
 
 
 #: a bound threshold-table call keeps a float64 copy of its filter (with the offsets row) up to

@@ -233,3 +233,35 @@ def test_fully_connected_threshold_table_every_accumulator(monkeypatch, per_chan
     want = np.clip(round_half_away(xs * np.broadcast_to(k.eff, (24,))) + k.y_zp, k.lo, k.hi)
     assert np.array_equal(got, want)
     assert len(np.unique(want)) > 100
+
+
+@pytest.mark.parametrize("reals", [[1.1e-3, 3.3e-3, 1e-3, 1.7e-3],   # right 9-10 (the bound)
+                                   [0.0123, 0.009, 0.02, 0.011],     # right 6-7
+                                   [0.06, 0.09, 0.07, 0.1],          # right 3-4
+                                   [0.3, 0.45, 0.26, 0.49],          # right 1-2: ties everywhere
+                                   [0.6, 0.99, 0.51, 0.75],          # right 0
+                                   [1.3, 3.7, 0.7, 2.0]])            # left shifts folded
+@pytest.mark.parametrize("zp,qmin,qmax", [(-128, -128, 127), (-3, -128, 127), (77, 77, 127), (127, -50, 60)])
+def test_bound_float64_requantization_every_unsaturated_accumulator(reals, zp, qmin, qmax):
+    """The conv bound calls' float64 requantization (``_f64_requant``: no recomputation, an
+    error bound instead) equals the reference for every integer accumulator whose result is not
+    clamped, and a margin on both sides, with a per-channel bias; it declines right shifts
+    above ``F64_MAX_RIGHT``."""
+    from edgerun.ops.conv import F64_MAX_RIGHT, _f64_requant
+
+    c = len(reals)
+    m, shift = quantize_multipliers(reals)
+    bias = np.array([-2345, 17, 2999, -1], np.int64)
+    span = min(int(300 / min(reals)), 1 << 21)
+    r = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=float(span + 3000))
+    acc = np.repeat(np.arange(-span, span + 1, dtype=np.int64)[:, None], c, axis=1)
+    acc32 = acc.astype(np.float32)
+    out = np.empty(acc.shape, np.int8)
+    call = _f64_requant(r, acc32, bias, out)
+    assert call is not None
+    call()
+    assert np.array_equal(out, _reference(acc + bias, m, shift, zp, qmin, qmax))
+    # a multiplier needing a right shift of F64_MAX_RIGHT + 1 is declined
+    m2, s2 = quantize_multipliers([0.75 * 2.0 ** -(F64_MAX_RIGHT + 1)] * c)
+    r2 = bounded_requantizer(m2, s2, zp, qmin, qmax, acc_bound=1000.0)
+    assert _f64_requant(r2, np.zeros((2, c), np.float32), bias, np.empty((2, c), np.int8)) is None
