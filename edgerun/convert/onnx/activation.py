@@ -42,21 +42,6 @@ def _clip(L, n):
         _identity(L, n)
 
 
-@lowers("Sigmoid")
-def _sigmoid(L, n):
-    _unary(L, n, "LOGISTIC")
-
-
-@lowers("Tanh")
-def _tanh(L, n):
-    _unary(L, n, "TANH")
-
-
-@lowers("HardSwish")
-def _hardswish(L, n):
-    _unary(L, n, "HARD_SWISH")
-
-
 @lowers("LeakyRelu")
 def _leaky(L, n):
     _unary(L, n, "LEAKY_RELU", alpha=float(L.attr(n, "alpha", 0.01)))
@@ -69,21 +54,6 @@ def _neg(L, n):
     dt = L.dtype(n.output[0])
     L.emit("MUL", [L.get(n.input[0]), scalar(L, -1, "minus1", dt)], [L.new_out(n.output[0], v.perm)],
            fused_activation_function=0)
-
-
-@lowers("Abs")
-def _abs(L, n):
-    _unary(L, n, "ABS")
-
-
-@lowers("Exp")
-def _exp(L, n):
-    _unary(L, n, "EXP")
-
-
-@lowers("Sqrt")
-def _sqrt(L, n):
-    _unary(L, n, "SQRT")
 
 
 @lowers("Elu", "Selu", "Celu")
@@ -158,11 +128,6 @@ def _gelu(L, n):
     _unary(L, n, "GELU", approximate=approx == "tanh")
 
 
-@lowers("Log")
-def _log(L, n):
-    _unary(L, n, "LOG")
-
-
 @lowers("Reciprocal")
 def _reciprocal(L, n):
     v = L.val(n.input[0])
@@ -170,10 +135,15 @@ def _reciprocal(L, n):
     L.emit("DIV", [scalar(L, 1.0, "one"), x], [L.new_out(n.output[0], v.perm)], fused_activation_function=0)
 
 
-@lowers("Floor", "Ceil", "Round", "Sin", "Cos", "Sign")
-def _unary_math(L, n):
-    _unary(L, n, {"Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN", "Cos": "COS",
-                  "Sign": "SIGN"}[n.op_type])
+#: ONNX ops that are one TFLite op of the same input and output
+_ONE_OP = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH", "Abs": "ABS", "Exp": "EXP",
+           "Sqrt": "SQRT", "Log": "LOG", "Floor": "FLOOR", "Ceil": "CEIL", "Round": "ROUND", "Sin": "SIN",
+           "Cos": "COS", "Sign": "SIGN"}
+
+
+@lowers(*_ONE_OP)
+def _one_op(L, n):
+    _unary(L, n, _ONE_OP[n.op_type])
 
 
 @lowers("HardSigmoid")
