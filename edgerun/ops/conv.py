@@ -282,6 +282,11 @@ def _bind_requant(requant, acc: np.ndarray, bias, out: np.ndarray):
     return call_base
 
 
+#: bytes of own buffers (columns, accumulators, float64 requantization work arrays) a bound
+#: call of a layer beyond the tiny / small paths may keep (256 KB: MLPerf Tiny's DS-CNN 1x1
+#: layers and streaming wake word's depthwise layers fit)
+BIND_BYTES = 1 << 18
+
 #: a bound threshold-table call keeps a float64 copy of its filter (with the offsets row) up to
 #: this size; larger filters stay float32 (the requantizer's own call still takes the table)
 BOUND_F64_BYTES = 1 << 18
@@ -500,14 +505,21 @@ class Conv2D(BoundOutput, Kernel):
         """The invoke plan's bound call for a tiny int8 layer (see ``edgerun.runtime.plan``):
         the input's arena view, the output's, the window view and the buffers are fixed here, so
         a call is the window copy, one GEMM and the requantization into the output view."""
-        if not (self.quantized and self.groups == 1 and self.tiny is not None):
+        if not (self.quantized and self.groups == 1 and self.w8 is None):
             return None
         x, out = ins[0], outs[0]
         if not _bindable(x, out, self.out_shape):
             return None
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
-        m, k = self.tiny[0].shape
-        o = self.out_shape[3]
+        n, _, _, o = self.out_shape
+        m, k = n * oh * ow, self.wmats[0].shape[0]
+        bufs = self.tiny
+        if bufs is None:
+            # a larger layer gets its own buffers too while they stay small (their bytes stay
+            # in the layer: BIND_BYTES) and one exact float32 GEMM covers the reduction
+            if k > self.chunk or m * k * 4 + m * o * 20 > BIND_BYTES:
+                return None
+            bufs = (np.empty((m, k), np.float32), np.empty((m, o), np.float32))
         if self.pointwise:
             src, fill = x.reshape(m, k), None
         else:
@@ -515,7 +527,7 @@ class Conv2D(BoundOutput, Kernel):
             if src is None:
                 return None
         table = _threshold_table(self.requant, self.bias, m, o)
-        return _bind_gemm(src, fill, self.wmats[0], table, self.tiny, self.requant, self.bias, out, m, k, o)
+        return _bind_gemm(src, fill, self.wmats[0], table, bufs, self.requant, self.bias, out, m, k, o)
 
     def _eval_int8_blocks(self, x):
         if self.tiny is not None:
@@ -758,7 +770,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         multiplier 1): window copy, one einsum, requantization into the output view. With a
         threshold table the columns are float64 with one more tap of ones whose weights are the
         table's channel offsets (exact integers, as in ``_bind_gemm``)."""
-        if not (self.quantized and self.small is not None and self.dm == 1):
+        if not (self.quantized and self.einsum and self.dm == 1):
             return None
         x, out = ins[0], outs[0]
         if not _bindable(x, out, self.out_shape):
@@ -766,7 +778,17 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         src, fill = _fixed_windows(self.pad, x, lambda xp: self._windows(xp, xp))
         if src is None:
             return None
-        cols6, acc, wk, (m, taps, oc) = self.small
+        small = self.small
+        if small is None:
+            # a larger einsum layer: own buffers while they stay within BIND_BYTES
+            n, oh, ow, kh, kw, oc = src.shape
+            m, taps = n * oh * ow, kh * kw
+            size = np.dtype(self.dtype).itemsize
+            if m * taps * oc * size + m * oc * (size + 16) > BIND_BYTES:
+                return None
+            small = (np.empty(src.shape, self.dtype), np.empty((m, oc), self.dtype), self.wf.reshape(taps, oc),
+                     (m, taps, oc))
+        cols6, acc, wk, (m, taps, oc) = small
         copyto, einsum, subtract = np.copyto, np.einsum, np.subtract
         inner, xin = fill if fill is not None else (None, None)
         table = _threshold_table(self.requant, self.bias, m, oc)

@@ -265,3 +265,24 @@ def test_bound_float64_requantization_every_unsaturated_accumulator(reals, zp, q
     m2, s2 = quantize_multipliers([0.75 * 2.0 ** -(F64_MAX_RIGHT + 1)] * c)
     r2 = bounded_requantizer(m2, s2, zp, qmin, qmax, acc_bound=1000.0)
     assert _f64_requant(r2, np.zeros((2, c), np.float32), bias, np.empty((2, c), np.int8)) is None
+
+
+@pytest.mark.parametrize("op,spec_args", [
+    ("CONV_2D", ((1, 25, 5, 64), 64, 1, 1, (1, 1))),     # DS-CNN 1x1: beyond the tiny path
+    ("DEPTHWISE_CONV_2D", ((1, 28, 1, 128), None, 5, 1, (1, 1))),  # str_ww: beyond the small path
+])
+def test_larger_layers_bound_with_own_buffers_match_litert(monkeypatch, op, spec_args):
+    """Layers beyond the tiny / small eval paths but within ``BIND_BYTES`` get bound calls on
+    their own buffers (float64 requantization where it applies): bit-exact with LiteRT."""
+    from edgerun.ops.conv import Conv2D, DepthwiseConv2D
+
+    cls = Conv2D if op == "CONV_2D" else DepthwiseConv2D
+    compiled = []
+    orig = cls.compile
+    monkeypatch.setattr(cls, "compile", lambda self, ins, outs: compiled.append(orig(self, ins, outs)) or compiled[-1])
+    shape, oc, kh, kw, stride = spec_args
+    spec = (conv_spec(shape, oc, kh, kw, stride=stride, seed=5) if op == "CONV_2D"
+            else dw_spec(shape, 1, kh, kw, stride=stride, seed=5))
+    for seed in range(2):
+        spec.run_int8(seed=seed, act=RELU if seed else 0)
+    assert compiled and all(c is not None for c in compiled)
