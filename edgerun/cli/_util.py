@@ -38,10 +38,10 @@ def progress(description: str, enabled: bool = True):
 
 
 # -- options shared by several commands, declared once ---------------------------------------
-def _opt(*decls, help: str):
+def _opt(*decls, help: str, default=None):
     import typer
 
-    return typer.Option(None, *decls, help=help)
+    return typer.Option(default, *decls, help=help)
 
 
 SIZE_OPT = _opt("--size", help="Image inputs: resize to HxW, e.g. 224x224 (default: the model's input size).")
@@ -49,6 +49,7 @@ MEAN_OPT = _opt("--mean", help="Image inputs: per-channel mean, e.g. 127.5 or 12
 STD_OPT = _opt("--std", help="Image inputs: per-channel std, e.g. 127.5 or 58.4,57.1,57.4.")
 SCALE_OPT = _opt("--scale", help="Image inputs: multiply pixels by this before mean/std (e.g. 0.00392).")
 CHANNEL_ORDER_OPT = _opt("--channel-order", help="Image inputs: RGB, BGR or L (grayscale).")
+JSON_OPT = _opt("--json", help="Print a JSON object.", default=False)
 
 
 def image_options(**kw) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import emit_json, progress
+from edgerun.cli._util import JSON_OPT, emit_json, progress
 from edgerun.errors import CHECK_FAILED, UsageError
 
 
@@ -36,7 +36,7 @@ def deploy_cli(
                                "current bundle and print the same table as on the host."),
     bench_args: str = typer.Option(None, "--bench-args", help="Options for the board's bench, e.g. "
                                    "'-n 200 --min-duration 10 --subtract-idle'."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Copy BUNDLE to a board with ssh/scp, check its hash there, then switch `current` to it.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from edgerun.cli._util import console, emit_json
+from edgerun.cli._util import JSON_OPT, console, emit_json
 
 
 def devices_cli(
@@ -12,7 +12,7 @@ def devices_cli(
     port: list[str] = typer.Option([], "--port", "-p", help="Also probe this port or URL (repeatable)."),
     baud: int = typer.Option(115200, "--baud", "-b", help="Line rate for probing."),
     timeout: float = typer.Option(0.5, "--timeout", help="Seconds to wait for an answer per port."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """List serial ports. With --probe, show the firmware, board, RAM/flash and active model on each."""
     from edgerun.deploy.flash import list_devices

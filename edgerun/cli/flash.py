@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from edgerun.cli._util import console, emit_json, progress
+from edgerun.cli._util import JSON_OPT, console, emit_json, progress
 
 
 def flash_cli(
@@ -16,7 +16,7 @@ def flash_cli(
     rollback: bool = typer.Option(False, "--rollback", help="Switch the device back to its previous model."),
     allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Accept an unsigned bundle "
                                         "(refused by default; see docs/bundles.md)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Flash BUNDLE onto the firmware at PORT: the model goes into the inactive slot, the device
     checks its SHA-256, then switches to it. An interrupted transfer resumes where it stopped;

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import emit_json
+from edgerun.cli._util import JSON_OPT, emit_json
 from edgerun.errors import EdgerunError, UsageError
 
 
@@ -15,7 +15,7 @@ def keygen_cli(
     output: Path = typer.Option(Path("edgerun-signing"), "--output", "-o",
                                 help="Key path prefix: writes PREFIX.key (private) and PREFIX.pub."),
     force: bool = typer.Option(False, "--force", help="Overwrite existing key files."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Generate an Ed25519 key pair: PREFIX.key signs bundles, PREFIX.pub verifies them.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import emit_json, progress
+from edgerun.cli._util import JSON_OPT, emit_json, progress
 
 
 def package_cli(
@@ -24,7 +24,7 @@ def package_cli(
                                       help="Preprocessing spec as JSON or a .json file (default: from the model)."),
     golden: list[Path] = typer.Option([], "--golden", help="Golden input (.npy or image), repeatable "
                                                           "(default: 3 seeded random inputs)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Package MODEL with a manifest and golden vectors into one bundle file.
 

@@ -9,6 +9,7 @@ import typer
 
 from edgerun.cli._util import (
     CHANNEL_ORDER_OPT,
+    JSON_OPT,
     MEAN_OPT,
     SCALE_OPT,
     SIZE_OPT,
@@ -42,7 +43,7 @@ def run_cli(
                                         "(refused by default; see docs/bundles.md)."),
     device: str = typer.Option(None, "--device",
                                help="Run on edgerun firmware at this serial port or URL (flashes it when needed)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Run MODEL on inputs (random ones if none are given) and print its outputs.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from edgerun.cli._util import emit_json
+from edgerun.cli._util import JSON_OPT, emit_json
 
 
 def verify_cli(
@@ -15,7 +15,7 @@ def verify_cli(
     golden: bool = typer.Option(False, "--golden", help="Also run the golden vectors here and compare."),
     allow_unsigned: bool = typer.Option(False, "--allow-unsigned", help="Accept an unsigned bundle (refused by "
                                         "default; see docs/bundles.md)."),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON object."),
+    json_out: bool = JSON_OPT,
 ):
     """Check every hash in BUNDLE and its signature; any changed byte fails.
 
