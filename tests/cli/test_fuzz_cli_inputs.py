@@ -156,87 +156,75 @@ def _run(model: Path, inputs: list[Path]) -> None:
     run(model, inputs)
 
 
-def test_fuzz_models(seeds, tmp_path):
-    d, _ = seeds
-    tally = Tally("models (run, package)")
-    seed = (d / "m.tflite").read_bytes()
+def _fuzz_whole_file(label: str, seed: bytes, path: Path, go) -> None:
+    """Mutations of ``seed`` written to ``path``; each is one attempt of ``go()``, which reads it."""
+    tally = Tally(label)
 
     @SETTINGS
     @given(mutations(seed))
     def one(blob):
-        p = tmp_path / "m.tflite"
-        p.write_bytes(blob)
-
-        def go():
-            _run(p, [])
-            from edgerun.bundle import write_bundle
-
-            write_bundle(p, tmp_path / "out.bundle", golden_inputs=[])
-
+        path.write_bytes(blob)
         tally.attempt(go)
 
     one()
     tally.check()
 
 
-def test_fuzz_arrays(seeds, tmp_path):
-    d, _ = seeds
-    tally = Tally("arrays (.npy, .npz)")
-    files = {n: (d / n).read_bytes() for n in ("x.npy", "f.npy", "x.npz", "c.npz")}
+def _fuzz_inputs(label: str, files: dict[str, bytes], tmp_path: Path, model: Path) -> None:
+    """One of ``files`` (name -> bytes) mutated, written under its name and given to ``model`` as input."""
+    tally = Tally(label)
 
     @SETTINGS
     @given(st.sampled_from(sorted(files)), st.data())
     def one(name, data):
-        blob = data.draw(mutations(files[name]))
         p = tmp_path / name
-        p.write_bytes(blob)
-        tally.attempt(lambda: _run(d / "m.tflite", [p]))
+        p.write_bytes(data.draw(mutations(files[name])))
+        tally.attempt(lambda: _run(model, [p]))
 
     one()
     tally.check()
+
+
+def test_fuzz_models(seeds, tmp_path):
+    d, _ = seeds
+    p = tmp_path / "m.tflite"
+
+    def go():
+        _run(p, [])
+        from edgerun.bundle import write_bundle
+
+        write_bundle(p, tmp_path / "out.bundle", golden_inputs=[])
+
+    _fuzz_whole_file("models (run, package)", (d / "m.tflite").read_bytes(), p, go)
+
+
+def test_fuzz_arrays(seeds, tmp_path):
+    d, _ = seeds
+    files = {n: (d / n).read_bytes() for n in ("x.npy", "f.npy", "x.npz", "c.npz")}
+    _fuzz_inputs("arrays (.npy, .npz)", files, tmp_path, d / "m.tflite")
 
 
 def test_fuzz_images(seeds, tmp_path):
     d, images = seeds
-    tally = Tally("images (png, bmp, jpeg, gif, ppm)")
-
-    @SETTINGS
-    @given(st.sampled_from(sorted(images)), st.data())
-    def one(suffix, data):
-        blob = data.draw(mutations(images[suffix]))
-        p = tmp_path / f"img{suffix}"
-        p.write_bytes(blob)
-        tally.attempt(lambda: _run(d / "m.tflite", [p]))
-
-    one()
-    tally.check()
+    files = {f"img{suffix}": blob for suffix, blob in images.items()}
+    _fuzz_inputs("images (png, bmp, jpeg, gif, ppm)", files, tmp_path, d / "m.tflite")
 
 
 def test_fuzz_bundles(seeds, tmp_path):
     """Raw mutations of a whole bundle: load (unsigned allowed), predict, verify, describe."""
     d, _ = seeds
-    tally = Tally("bundles (load, predict, verify)")
-    seed = (d / "m.bundle").read_bytes()
+    p = tmp_path / "m.bundle"
 
-    @SETTINGS
-    @given(mutations(seed))
-    def one(blob):
-        p = tmp_path / "m.bundle"
-        p.write_bytes(blob)
+    def go():
+        import edgerun
+        from edgerun.bundle import describe
 
-        def go():
-            import edgerun
-            from edgerun.bundle import describe
+        describe(p)
+        m = edgerun.load(p, allow_unsigned=True, delegates=[])
+        m.predict(None)
+        m.verify()
 
-            describe(p)
-            m = edgerun.load(p, allow_unsigned=True, delegates=[])
-            m.predict(None)
-            m.verify()
-
-        tally.attempt(go)
-
-    one()
-    tally.check()
+    _fuzz_whole_file("bundles (load, predict, verify)", (d / "m.bundle").read_bytes(), p, go)
 
 
 def test_fuzz_npy_headers(seeds, tmp_path):
