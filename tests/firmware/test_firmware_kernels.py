@@ -11,7 +11,7 @@ from edgerun.deploy.serial_link import DeviceError
 from edgerun.errors import EdgerunError
 from edgerun.litert import make_interpreter
 from edgerun.testing import random_inputs, run_edgerun, run_litert
-from tests.support.firmware_harness import raw_flash, sanitized_device
+from tests.support.firmware_harness import converted_digits, raw_flash, sanitized_device
 from tests.support.firmware_models import mcu_small, op_models, unsupported_model
 
 MODELS = {f"{name}_s{seed}": m for seed in (0, 1) for name, m in op_models(seed).items()}
@@ -105,17 +105,7 @@ def test_rollback_and_reset(device):
 
 def test_converted_model_bit_exact(device, tmp_path):
     """A real network: models/digits_cnn.onnx through edgerun's converter, then on the device."""
-    from pathlib import Path
-
-    convert = pytest.importorskip("edgerun.convert").convert
-    root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "digits.tflite"
-    try:
-        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
-                target="mcu")
-    except EdgerunError as e:
-        pytest.skip(f"converter cannot produce the model here: {e}")
-    model = out.read_bytes()
+    model = converted_digits(tmp_path, "digits.tflite", target="mcu")
     flash(model, device.port, link=device)
     info = model_info(device)
     details = make_interpreter(model, reference=True).get_input_details()

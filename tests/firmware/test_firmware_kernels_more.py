@@ -6,14 +6,14 @@ prediction against COMMIT for each new op (accepted with the arena to the byte, 
 
 import numpy as np
 import pytest
-
 from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
+
 from edgerun.deploy.flash import flash, model_info, run_with_link
 from edgerun.deploy.serial_link import DeviceError
 from edgerun.ir import ModelBuilder
 from edgerun.litert import make_interpreter
 from edgerun.testing import random_inputs, run_edgerun, run_litert
-from tests.support.firmware_harness import raw_flash, sanitized_device
+from tests.support.firmware_harness import converted_digits, flash_as_predicted, raw_flash, sanitized_device
 from tests.support.firmware_models import op_models, sum_models
 
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
@@ -124,28 +124,13 @@ def test_int16_softmax_over_the_whole_int16_range(device):
 def test_converted_float_output_classifier_with_int16_softmax(device, tmp_path):
     """models/digits_cnn.onnx through `edgerun convert --io-type float32` (no target): its head is
     QUANTIZE int8->int16, SOFTMAX int16, DEQUANTIZE; predicted, flashed and byte-identical."""
-    from pathlib import Path
-
-    from edgerun.convert.pipeline import convert
-    from edgerun.errors import EdgerunError
-
-    root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "digits16.tflite"
-    try:
-        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
-                io_type="float32", calib_method="minmax", use_cache=False)
-    except EdgerunError as e:
-        pytest.skip(f"converter cannot produce the model here: {e}")
-    model = out.read_bytes()
     from edgerun.schema.reader import read_model
 
+    model = converted_digits(tmp_path, "digits16.tflite", io_type="float32", calib_method="minmax",
+                             use_cache=False)
     m = read_model(model)
     assert "int16" in {t.dtype for t in m.subgraphs[0].tensors}
-    assert firmware_accepts(model, "mps2-an386") == []
-    flash(model, device.port, link=device)
-    info = model_info(device)
-    assert info.arena_bytes == firmware_arena_bytes(model)
-    details = make_interpreter(model, reference=True).get_input_details()
+    info, details = flash_as_predicted(device, model)
     for seed in range(3):
         x = random_inputs(details, seed=seed)
         got, _ = run_with_link(device, x, info)
@@ -194,29 +179,15 @@ def _add16_pot():
 def test_converted_16x8_model(device, tmp_path):
     """models/digits_cnn.onnx through `edgerun convert` in 16x8 mode (activations int16: CONV_2D,
     MAX_POOL_2D, FULLY_CONNECTED, SOFTMAX in int16): predicted, flashed and byte-identical."""
-    from pathlib import Path
-
-    from edgerun.convert.pipeline import convert
-    from edgerun.errors import EdgerunError
     from edgerun.schema.reader import read_model
 
-    root = Path(__file__).resolve().parents[2]
-    out = tmp_path / "digits16x8.tflite"
-    try:
-        convert(root / "models" / "digits_cnn.onnx", out, calib=str(root / "models" / "calib_digits.npz"),
-                activations="int16", calib_method="minmax", use_cache=False)
-    except EdgerunError as e:
-        pytest.skip(f"converter cannot produce the model here: {e}")
-    model = out.read_bytes()
+    model = converted_digits(tmp_path, "digits16x8.tflite", activations="int16", calib_method="minmax",
+                             use_cache=False)
     m = read_model(model)
     g = m.subgraphs[0]
     assert {m.op_code(op).builtin for op in g.operators if g.tensors[op.inputs[0]].dtype == "int16"} >= \
         {"CONV_2D", "FULLY_CONNECTED"}
-    assert firmware_accepts(model, "mps2-an386") == []
-    flash(model, device.port, link=device)
-    info = model_info(device)
-    assert info.arena_bytes == firmware_arena_bytes(model)
-    details = make_interpreter(model, reference=True).get_input_details()
+    info, details = flash_as_predicted(device, model)
     rng = np.random.default_rng(2)
     for seed in range(3):
         x = random_inputs(details, seed=seed)

@@ -310,3 +310,36 @@ def eembc_results_line(model: bytes, x) -> str:
         u = math.floor(abs(v) * 1e6 + 0.5)
         parts.append(f"{'-' if v < 0 else ''}{u // 1000000}.{u % 1000000:06d}")
     return "m-results-[" + ",".join(parts) + "]"
+
+
+def converted_digits(tmp_path: Path, name: str, **options) -> bytes:
+    """models/digits_cnn.onnx through edgerun's converter (calibrated on models/calib_digits.npz)
+    with ``options``; the test is skipped where the converter cannot produce it here."""
+    import pytest
+
+    from edgerun.errors import EdgerunError
+
+    convert = pytest.importorskip("edgerun.convert").convert
+    out = tmp_path / name
+    try:
+        convert(ROOT / "models" / "digits_cnn.onnx", out, calib=str(ROOT / "models" / "calib_digits.npz"),
+                **options)
+    except EdgerunError as e:
+        pytest.skip(f"converter cannot produce the model here: {e}")
+    return out.read_bytes()
+
+
+def flash_as_predicted(link, model: bytes, board: str = "mps2-an386"):
+    """Flash ``model`` over the open ``link`` after `check --target mcu:BOARD`'s prediction accepted
+    it; the arena COMMIT reports must equal the predicted one. Returns (MODEL_INFO, LiteRT's input
+    details)."""
+    from edgerun_delegates.mcu.firmware import firmware_accepts, firmware_arena_bytes
+
+    from edgerun.deploy.flash import flash, model_info
+    from edgerun.litert import make_interpreter
+
+    assert firmware_accepts(model, board) == []
+    flash(model, link.port, link=link)
+    info = model_info(link)
+    assert info.arena_bytes == firmware_arena_bytes(model)
+    return info, make_interpreter(model, reference=True).get_input_details()

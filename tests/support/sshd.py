@@ -2,8 +2,8 @@
 
 Shared by tests/deploy/test_deploy_ssh.py and tests/bench/test_bench_deploy.py: import the
 fixtures (``sshd_server``, ``deploy_sign_key`` and the autouse ``signed_deploys``, requested as
-``sshd`` and ``sign_key``) into the test module and set ``pytestmark = needs_openssh``. The server gets a throwaway host key and user key in a temp dir
-and runs as the current user (root in CI).
+``sshd`` and ``sign_key``) into the test module and set ``pytestmark = needs_openssh``. The
+server gets a throwaway host key and user key in a temp dir and runs as the current user (root in CI).
 """
 from __future__ import annotations
 
