@@ -516,8 +516,10 @@ class Conv2D(BoundOutput, Kernel):
         bufs = self.tiny
         if bufs is None:
             # a larger layer gets its own buffers too while they stay small (their bytes stay
-            # in the layer: BIND_BYTES) and one exact float32 GEMM covers the reduction
-            if k > self.chunk or m * k * 4 + m * o * 20 > BIND_BYTES:
+            # in the layer: BIND_BYTES), eval would run it as one block and one exact float32
+            # GEMM covers the reduction
+            if (k > self.chunk or m * k * 4 + m * o * 20 > BIND_BYTES
+                    or m * max(k, o) * 4 > self.COLS_BYTES):
                 return None
             bufs = (np.empty((m, k), np.float32), np.empty((m, o), np.float32))
         if self.pointwise:
