@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from tests.support.firmware_harness import free_port, make  # noqa: E402
+from tests.support.firmware_harness import free_port, make, qemu_command  # noqa: E402
 from tests.support.firmware_models import MLPERF_TINY, mlperf_tiny  # noqa: E402
 
 from edgerun.deploy.flash import flash, model_info, run_with_link  # noqa: E402
@@ -40,10 +40,8 @@ def start(board: str, portable: bool):
         make(target)
         elf = ROOT / "firmware" / "build" / board / "edgerun-fw.elf"
     port = free_port()
-    q = subprocess.Popen(["qemu-system-arm", "-M", board, "-display", "none", "-monitor", "none", "-icount",
-                          "shift=0", "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
-                          "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    q = subprocess.Popen(qemu_command(elf, port, board, icount=True), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
     for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()

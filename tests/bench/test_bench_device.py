@@ -15,15 +15,7 @@ from edgerun.deploy import protocol as P
 from edgerun.deploy.flash import flash
 from edgerun.deploy.serial_link import SerialLink
 from edgerun.schema.reader import read_model
-from tests.support.firmware_harness import (
-    MPS2_ELF,
-    ROOT,
-    free_port,
-    have_arm_toolchain,
-    make,
-    tcp_firmware,
-    wait_listening,
-)
+from tests.support.firmware_harness import ROOT, have_arm_toolchain, qemu_board, tcp_firmware
 
 SHIPPED = ROOT / "models" / "mcu_small.tflite"
 
@@ -98,15 +90,9 @@ def test_mlperf_tiny_needs_device():
 def test_bench_device_icount_cortex_m4():
     """Under -icount shift=0 every inference reads the same instruction count, the per-op figures
     add up to it (plus the timer reads between ops), and the EEMBC mode's infer N W agrees."""
-    make("mps2")
-    port = free_port()
-    q = subprocess.Popen(["qemu-system-arm", "-M", "mps2-an386", "-display", "none", "-monitor", "none",
-                          "-icount", "shift=0", "-semihosting-config", "enable=on,target=native",
-                          "-kernel", str(MPS2_ELF), "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    q, url = qemu_board(icount=True, stdout=subprocess.DEVNULL)
     try:
-        wait_listening(q, port)
-        code, out = _bench([str(SHIPPED), "--device", f"socket://127.0.0.1:{port}", "--runs", "4",
+        code, out = _bench([str(SHIPPED), "--device", url, "--runs", "4",
                             "--warmup", "1", "--profile", "--json"])
         assert code == 0, out
         r = json.loads(out)
@@ -120,7 +106,7 @@ def test_bench_device_icount_cortex_m4():
         assert [o["op"] for o in ops] == _op_names(SHIPPED.read_bytes())
         assert 0.8 * total_us <= r["profile"]["total_us"] <= total_us + 2 * len(ops), (total_us, ops)
         # the MLPerf Tiny / EEMBC UART mode on the same board: its infer N W stamps give the same cost
-        code, out = _bench([str(SHIPPED), "--device", f"socket://127.0.0.1:{port}", "--mlperf-tiny", "--runs", "2",
+        code, out = _bench([str(SHIPPED), "--device", url, "--mlperf-tiny", "--runs", "2",
                             "--json"])
         assert code == 0, out
         t = json.loads(out)["mlperf_tiny"]

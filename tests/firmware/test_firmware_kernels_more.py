@@ -262,21 +262,6 @@ def test_new_op_models_bit_exact_over_more_seeds(device):
 
 # ---- the same kernels on the emulated Cortex-M4 / Cortex-M7 (newlib's libm, the boards' FPUs) ----
 
-def _qemu_board(target: str, machine: str, elf):
-    import subprocess
-
-    from tests.support.firmware_harness import free_port, make, wait_listening
-
-    make(target)
-    port = free_port()
-    cmd = ["qemu-system-arm", "-M", machine, "-display", "none", "-monitor", "none",
-           "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
-           "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
-    q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_listening(q, port)
-    return q, f"socket://127.0.0.1:{port}"
-
-
 def run_new_ops_on_board(url: str, seeds: int = 2) -> int:
     """Every new-op model (SUM against its uint8 twin) and the invoke failures on the board at
     ``url``; returns how many models ran. Shared with a private-build check (see firmware/README)."""
@@ -319,12 +304,11 @@ def run_new_ops_on_board(url: str, seeds: int = 2) -> int:
 
 @pytest.mark.parametrize("target,machine", [("mps2", "mps2-an386"), ("mps2-an500", "mps2-an500")])
 def test_new_ops_bit_exact_under_qemu(target, machine):
-    from tests.support.firmware_harness import FIRMWARE, have_arm_toolchain
+    from tests.support.firmware_harness import have_arm_toolchain, qemu_board
 
     if have_arm_toolchain():
         pytest.skip(have_arm_toolchain())
-    elf = FIRMWARE / "build" / ("mps2-an386" if target == "mps2" else target) / "edgerun-fw.elf"
-    q, url = _qemu_board(target, machine, elf)
+    q, url = qemu_board(machine)
     try:
         assert run_new_ops_on_board(url) == len(OP_MODELS) + len(SUM_INT8)
     finally:

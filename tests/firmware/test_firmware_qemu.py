@@ -14,26 +14,17 @@ from edgerun.deploy.serial_link import SerialLink
 from edgerun.litert import make_interpreter
 from edgerun.testing import random_inputs, run_litert
 from tests.support.cli import EDGERUN, cli
-from tests.support.firmware_harness import MPS2_ELF, ROOT, free_port, have_arm_toolchain, make, wait_listening
+from tests.support.firmware_harness import ROOT, have_arm_toolchain, qemu_board
 from tests.support.firmware_models import mcu_small, mlperf_tiny_models, op_models  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(have_arm_toolchain() is not None, reason=str(have_arm_toolchain()))
 SHIPPED = ROOT / "models" / "mcu_small.tflite"
 
 
-def qemu_command(elf, port: int) -> list[str]:
-    return ["qemu-system-arm", "-M", "mps2-an386", "-display", "none", "-monitor", "none",
-            "-semihosting-config", "enable=on,target=native", "-kernel", str(elf),
-            "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
-
-
 @pytest.fixture(scope="module")
 def board():
-    make("mps2")
-    port = free_port()
-    q = subprocess.Popen(qemu_command(MPS2_ELF, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_listening(q, port)
-    yield q, f"socket://127.0.0.1:{port}"
+    q, url = qemu_board()
+    yield q, url
     if q.poll() is None:
         q.kill()
         q.wait()
@@ -191,15 +182,8 @@ def test_more_boards_cortex_m7_and_m33(machine):
     bit-exactly."""
     from tests.support.firmware_models import mlperf_tiny
 
-    make(machine)
-    elf = ROOT / "firmware" / "build" / machine / "edgerun-fw.elf"
-    port = free_port()
-    cmd = qemu_command(elf, port)
-    cmd[cmd.index("mps2-an386")] = machine
-    q = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    q, url = qemu_board(machine)
     try:
-        wait_listening(q, port)
-        url = f"socket://127.0.0.1:{port}"
         models = op_models(4)
         chosen = {k: models[k] for k in ("softmax_beta1.0", "tanh", "hard_swish", "prelu_a8", "fc_per_channel",
                                          "conv_dilated", "ss_negative_stride", "split_v")}

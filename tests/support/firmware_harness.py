@@ -251,6 +251,31 @@ def wait_listening(proc: subprocess.Popen, port: int, seconds: float = 20.0) -> 
             time.sleep(0.05)
 
 
+def qemu_command(elf, port: int, machine: str = "mps2-an386", icount: bool = False) -> list[str]:
+    """QEMU running ``elf`` on ``machine`` with its UART on 127.0.0.1:``port`` (the guest waits for
+    the connection); ``icount``: -icount shift=0, one guest instruction per virtual nanosecond."""
+    return ["qemu-system-arm", "-M", machine, "-display", "none", "-monitor", "none",
+            *(["-icount", "shift=0"] if icount else []), "-semihosting-config", "enable=on,target=native",
+            "-kernel", str(elf), "-serial", f"tcp:127.0.0.1:{port},server=on,wait=on,nodelay=on"]
+
+
+def qemu_board(machine: str = "mps2-an386", *, icount: bool = False,
+               stdout=subprocess.PIPE) -> tuple[subprocess.Popen, str]:
+    """The firmware built for QEMU's ``machine`` and started there; returns (QEMU process, pyserial
+    URL of its UART) once QEMU listens. The caller kills the process."""
+    make("mps2" if machine == "mps2-an386" else machine)
+    port = free_port()
+    q = subprocess.Popen(qemu_command(FIRMWARE / "build" / machine / "edgerun-fw.elf", port, machine, icount),
+                         stdout=stdout, stderr=subprocess.PIPE)
+    try:
+        wait_listening(q, port)
+    except BaseException:
+        q.kill()
+        q.wait()
+        raise
+    return q, f"socket://127.0.0.1:{port}"
+
+
 def tcp_firmware(tmp: Path) -> tuple[Firmware, str]:
     """The posix firmware serving one TCP connection at a time; returns (firmware, pyserial URL)."""
     port = free_port()
