@@ -49,6 +49,9 @@ EMPIRICAL_PASSES = 3
 REFINE_GAIN = 0.01
 #: candidate ranges closer than this (relative to the wider one) are one candidate
 SAME_RANGE = 0.01
+#: the per-tensor search runs only when its time budget covers at least this share of the classes
+#: at one score each (measured from the first score); otherwise step 1's best single method stands
+REFINE_COVER = 0.5
 
 
 def _classes(g, fops):
@@ -162,27 +165,8 @@ def _same(a, b) -> bool:
     return abs(a[0] - b[0]) <= SAME_RANGE * w and abs(a[1] - b[1]) <= SAME_RANGE * w
 
 
-def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], source, indices, *,
-           heads=frozenset(), percentile: float = 99.99, seconds: float = SEARCH_SECONDS,
-           samples: int = SEARCH_SAMPLES, progress=None) -> tuple[dict[str, tuple[float, float]], dict]:
-    """Ranges by name for ``--calib-method auto``; returns (ranges, info: what was tried and chosen).
-
-    1. each single method (CANDIDATES) is applied to every tensor and the *real* int8 model
-       (quantize_graph, LiteRT's kernels) is scored on up to ``samples`` calibration samples;
-    2. from the best of them, the per-class search on the simulation graph (see the module
-       docstring) refines the ranges tensor by tensor, within ``seconds``;
-    3. the refined ranges are scored on the real int8 model too and kept only if they beat step 1's
-       best: the simulation rounds at other points than the int8 kernels, so it proposes and the
-       real model decides. The result is never worse, on the calibration samples, than the best
-       single method;
-    4. bias correction (:mod:`edgerun.convert.corrections`) is applied to ``g`` in place when the
-       real int8 model confirms it lowers the error.
-    """
-    from edgerun.convert.drift import Int8Runner
-    from edgerun.convert.quantize import float_ops, quantize_graph
-    from edgerun.litert import make_interpreter
-
-    t0 = time.perf_counter()
+def _per_method(g, observers, heads, percentile) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each candidate's ranges by tensor name (step 1 of :func:`search`)."""
     per_method = {label: ranges_from(observers, m, p if m == "percentile" else percentile, heads=heads)
                   for label, m, p in CANDIDATES}
     # the model's inputs keep their full range under every candidate: their quantization is the one
@@ -201,6 +185,38 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
             full = observers[name].range("minmax")
             for r in per_method.values():
                 r[name] = full
+    return per_method
+
+
+def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], source, indices, *,
+           heads=frozenset(), percentile: float = 99.99, seconds: float = SEARCH_SECONDS,
+           samples: int = SEARCH_SAMPLES, progress=None, rival=None):
+    """Ranges by name for ``--calib-method auto``; returns (ranges, info: what was tried and chosen),
+    or (ranges, info, graph) when ``rival`` is given.
+
+    ``rival``: ``(g2, float bytes of g2, observers2, pairs)``, the cross-layer-equalized copy of
+    ``g`` (:mod:`edgerun.convert.equalize`) and its own calibration. Step 1 scores the single methods
+    on both graphs against the same float outputs; the graph with the better best single method
+    goes on to steps 2-4 (the other is dropped, so the per-tensor search and the corrections run
+    once, not once per graph), and ``info["equalization"]`` records the choice.
+
+    1. each single method (CANDIDATES) is applied to every tensor and the *real* int8 model
+       (quantize_graph, LiteRT's kernels) is scored on up to ``samples`` calibration samples;
+    2. from the best of them, the per-class search on the simulation graph (see the module
+       docstring) refines the ranges tensor by tensor, within ``seconds``;
+    3. the refined ranges are scored on the real int8 model too and kept only if they beat step 1's
+       best: the simulation rounds at other points than the int8 kernels, so it proposes and the
+       real model decides. The result is never worse, on the calibration samples, than the best
+       single method;
+    4. bias correction (:mod:`edgerun.convert.corrections`) is applied to ``g`` in place when the
+       real int8 model confirms it lowers the error.
+    """
+    from edgerun.convert.drift import Int8Runner
+    from edgerun.convert.quantize import float_ops, quantize_graph
+    from edgerun.litert import make_interpreter
+
+    t0 = time.perf_counter()
+    per_method = _per_method(g, observers, heads, percentile)
     ref_it = make_interpreter(float_bytes, xnnpack=False)
     ref_it.allocate_tensors()
 
@@ -226,8 +242,9 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         rel = [e / s for e, s in zip(err, sig)]
         return max(rel) + 1e-3 * sum(rel) / len(rel)  # the worst output, then the others
 
-    def real_score(rng) -> float:
-        run = Int8Runner(quantize_graph(g, rng, io_type="float32", wide_softmax=True).to_bytes("edgerun range search"))
+    def real_score(rng, graph=None) -> float:
+        q = quantize_graph(g if graph is None else graph, rng, io_type="float32", wide_softmax=True)
+        run = Int8Runner(q.to_bytes("edgerun range search"))
         err = [0.0] * len(sig)
         for smp, ref in zip(data, refs):
             for k, o in enumerate(run(smp)):
@@ -238,17 +255,35 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     def db(score):
         return round(float(-10 * np.log10(max(score, 1e-15))), 2)
 
-    tried: list[tuple[str, tuple]] = []
-    scores = {}
-    for label, _, _ in CANDIDATES:
-        r = per_method[label]
-        if any(all(_same(r[k], o[k]) for k in r) for _, o in tried):
-            continue
-        tried.append((label, r))
-        scores[label] = real_score(r)
+    def single_scores(pm, graph) -> dict[str, float]:
+        tried: list[tuple[str, tuple]] = []
+        scores = {}
+        for label, _, _ in CANDIDATES:
+            r = pm[label]
+            if any(all(_same(r[k], o[k]) for k in r) for _, o in tried):
+                continue
+            tried.append((label, r))
+            scores[label] = real_score(r, graph)
+        return scores
+
+    scores = single_scores(per_method, g)
+    equalization = None
+    if rival is not None:  # cross-layer equalization, decided on the single methods' real int8 scores
+        t_rival = time.perf_counter()
+        g2, fb2, obs2, pairs = rival
+        pm2 = _per_method(g2, obs2, heads, percentile)
+        scores2 = single_scores(pm2, g2)
+        keep = min(scores2.values()) < min(scores.values())
+        equalization = {"pairs": pairs, "kept": keep, "before_db": db(min(scores.values())),
+                        "after_db": db(min(scores2.values())), "decided_on": "best single method"}
+        if keep:
+            g, float_bytes, observers, per_method, scores = g2, fb2, obs2, pm2, scores2
+        t0 += time.perf_counter() - t_rival  # scoring the second graph is not the search's budget
     start = min(scores, key=lambda k: scores[k])
     info = {"method": "auto", "samples": len(data), "single_methods_db": {k: db(v) for k, v in scores.items()},
             "start": start, "classes": 0, "searched": 0, "changed": 0, "chosen": {}}
+    if equalization is not None:
+        info["equalization"] = equalization
     refined, sinfo = _refine(g, per_method, start, observers, data, refs, combine, float_ops(g),
                              seconds - (time.perf_counter() - t0), progress, make_interpreter)
     info.update(sinfo)
@@ -292,7 +327,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         info["empirical_db"] = db(sc)
     info["score_db"] = db(best_score)
     info["seconds"] = round(time.perf_counter() - t0, 3)
-    return dict(best), info
+    return (dict(best), info) if rival is None else (dict(best), info, g)
 
 
 def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds, progress, make_interpreter):
@@ -339,7 +374,16 @@ def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds,
     current = {c: class_range(c, start) for c in order}
     for c in order:
         set_class(c, current[c])
+    t1 = time.perf_counter()
     best = score()
+    one = time.perf_counter() - t1
+    left = seconds - (time.perf_counter() - t0)
+    if left < REFINE_COVER * len(order) * one:
+        # a search that reaches only the first few classes rarely changes anything (MediaPipe pose
+        # detection: 4 of 85 classes in 30 s, one changed, and the real int8 model rejected it)
+        info["stopped"] = (f"skipped: one score takes {one:.2f} s, the {max(left, 0):.1f} s left visit fewer "
+                           f"than {REFINE_COVER:.0%} of {len(order)} classes")
+        return dict(base), info
     for n, c in enumerate(order):
         if time.perf_counter() - t0 > seconds:
             info["stopped"] = f"time budget reached after {n} of {len(order)} classes"
