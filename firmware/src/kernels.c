@@ -1631,6 +1631,54 @@ static void eval_fc(er_model *m, er_node *n) {
         }
 }
 
+/* The part of the pooling window of output (oy, ox) that lies inside the H x W input: filter
+ * rows [fy0, fy1) and columns [fx0, fx1); (iy0, ix0) is the window's top-left input position. */
+typedef struct { int32_t iy0, ix0, fy0, fx0, fy1, fx1; } pool_win;
+
+static inline pool_win pool_window(const er_node *n, int32_t oy, int32_t ox, int32_t H, int32_t W) {
+    pool_win w;
+    w.iy0 = oy * n->stride_h - n->pad_h;
+    w.ix0 = ox * n->stride_w - n->pad_w;
+    w.fy0 = w.iy0 < 0 ? -w.iy0 : 0;
+    w.fx0 = w.ix0 < 0 ? -w.ix0 : 0;
+    w.fy1 = n->filter_h < H - w.iy0 ? n->filter_h : H - w.iy0;
+    w.fx1 = n->filter_w < W - w.ix0 ? n->filter_w : W - w.ix0;
+    return w;
+}
+
+/* AVERAGE_POOL's mean of count values summing to acc, rounded half away from zero; an empty
+ * window (not produced by valid shapes) counts as one value. */
+static inline int64_t pool_average(int64_t acc, int32_t count) {
+    if (count == 0) count = 1;
+    return acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+}
+
+/* NumPy broadcasting of a and b to out: the output dims od, a's and b's element strides sa / sb
+ * (0 along an axis they are broadcast on) and the output index idx, zeroed. */
+static void broadcast_setup(const er_tensor *a, const er_tensor *b, const er_tensor *out, int32_t *od,
+                            int32_t *sa, int32_t *sb, int32_t *idx) {
+    const int nd = out->ndim;
+    int32_t stra = 1, strb = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        od[i] = out->dims[i];
+        const int32_t da = i < nd - a->ndim ? 1 : a->dims[i - (nd - a->ndim)];
+        const int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
+        sa[i] = da == 1 ? 0 : stra;
+        sb[i] = db == 1 ? 0 : strb;
+        stra *= da;
+        strb *= db;
+        idx[i] = 0;
+    }
+}
+
+/* The next output index in row-major order. */
+static inline void broadcast_next(int32_t *idx, const int32_t *od, int nd) {
+    for (int i = nd - 1; i >= 0; i--) {
+        if (++idx[i] < od[i]) break;
+        idx[i] = 0;
+    }
+}
+
 static void eval_pool(er_model *m, er_node *n) {
     er_tensor *in = tin(m, n, 0), *out = tout(m, n);
     const int8_t *x = i8in(m, n, 0);
@@ -1640,23 +1688,18 @@ static void eval_pool(er_model *m, er_node *n) {
         for (int32_t oy = 0; oy < OH; oy++)
             for (int32_t ox = 0; ox < OW; ox++)
                 for (int32_t c = 0; c < C; c++) {
-                    const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
-                    const int32_t fy0 = iy0 < 0 ? -iy0 : 0, fx0 = ix0 < 0 ? -ix0 : 0;
-                    const int32_t fy1 = n->filter_h < H - iy0 ? n->filter_h : H - iy0;
-                    const int32_t fx1 = n->filter_w < W - ix0 ? n->filter_w : W - ix0;
+                    const pool_win w = pool_window(n, oy, ox, H, W);
+                    const int32_t iy0 = w.iy0, ix0 = w.ix0;
                     int64_t acc = n->op == 1 ? 0 : -128;
                     int32_t count = 0;
-                    for (int32_t fy = fy0; fy < fy1; fy++)
-                        for (int32_t fx = fx0; fx < fx1; fx++) {
+                    for (int32_t fy = w.fy0; fy < w.fy1; fy++)
+                        for (int32_t fx = w.fx0; fx < w.fx1; fx++) {
                             int64_t v = x[((b * H + iy0 + fy) * W + ix0 + fx) * C + c];
                             if (n->op == 1) acc += v;
                             else if (v > acc) acc = v;
                             count++;
                         }
-                    if (n->op == 1) {
-                        if (count == 0) count = 1; /* an empty window (not produced by valid shapes) */
-                        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
-                    }
+                    if (n->op == 1) acc = pool_average(acc, count);
                     acc = acc < n->act_min ? n->act_min : (acc > n->act_max ? n->act_max : acc);
                     y[((b * OH + oy) * OW + ox) * C + c] = (int8_t)acc;
                 }
@@ -1668,17 +1711,7 @@ static int eval_binary(er_model *m, er_node *n) {
     int8_t *y = i8out(m, n);
     int32_t od[ER_MAX_DIMS], sa[ER_MAX_DIMS], sb[ER_MAX_DIMS], idx[ER_MAX_DIMS];
     const int nd = out->ndim;
-    int32_t stra = 1, strb = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        od[i] = out->dims[i];
-        int32_t da = i < nd - a->ndim ? 1 : a->dims[i - (nd - a->ndim)];
-        int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
-        sa[i] = da == 1 ? 0 : stra;
-        sb[i] = db == 1 ? 0 : strb;
-        stra *= da;
-        strb *= db;
-        idx[i] = 0;
-    }
+    broadcast_setup(a, b, out, od, sa, sb, idx);
     const int32_t za = a->zp, zb = b->zp, zo = out->zp;
     for (uint32_t o = 0; o < out->count; o++) {
         int32_t ia = 0, ib = 0;
@@ -1707,10 +1740,7 @@ static int eval_binary(er_model *m, er_node *n) {
             r = wadd(er_mbqm(va * vb, n->mult, n->shift), zo);
         }
         y[o] = (int8_t)clampi(r, n->act_min, n->act_max);
-        for (int i = nd - 1; i >= 0; i--) {
-            if (++idx[i] < od[i]) break;
-            idx[i] = 0;
-        }
+        broadcast_next(idx, od, nd);
     }
     return 0;
 }
@@ -2195,23 +2225,18 @@ static void eval_pool16(er_model *m, er_node *n) {
         for (int32_t oy = 0; oy < OH; oy++)
             for (int32_t ox = 0; ox < OW; ox++)
                 for (int32_t c = 0; c < C; c++) {
-                    const int32_t iy0 = oy * n->stride_h - n->pad_h, ix0 = ox * n->stride_w - n->pad_w;
-                    const int32_t fy0 = iy0 < 0 ? -iy0 : 0, fx0 = ix0 < 0 ? -ix0 : 0;
-                    const int32_t fy1 = n->filter_h < H - iy0 ? n->filter_h : H - iy0;
-                    const int32_t fx1 = n->filter_w < W - ix0 ? n->filter_w : W - ix0;
+                    const pool_win w = pool_window(n, oy, ox, H, W);
+                    const int32_t iy0 = w.iy0, ix0 = w.ix0;
                     int64_t acc = n->op == 1 ? 0 : -32768;
                     int32_t count = 0;
-                    for (int32_t fy = fy0; fy < fy1; fy++)
-                        for (int32_t fx = fx0; fx < fx1; fx++) {
+                    for (int32_t fy = w.fy0; fy < w.fy1; fy++)
+                        for (int32_t fx = w.fx0; fx < w.fx1; fx++) {
                             const int64_t v = ld16(x, ((size_t)(b * H + iy0 + fy) * W + ix0 + fx) * C + c);
                             if (n->op == 1) acc += v;
                             else if (v > acc) acc = v;
                             count++;
                         }
-                    if (n->op == 1) {
-                        if (count == 0) count = 1;
-                        acc = acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
-                    }
+                    if (n->op == 1) acc = pool_average(acc, count);
                     st16(y, ((size_t)(b * OH + oy) * OW + ox) * C + c, acc, n->act_min, n->act_max);
                 }
 }
@@ -2222,17 +2247,7 @@ static void eval_binary16(er_model *m, er_node *n) {
     uint8_t *y = er_model_tensor_data(m, n->out);
     int32_t od[ER_MAX_DIMS], sa[ER_MAX_DIMS], sb[ER_MAX_DIMS], idx[ER_MAX_DIMS];
     const int nd = out->ndim;
-    int32_t stra = 1, strb = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        od[i] = out->dims[i];
-        const int32_t da = i < nd - a->ndim ? 1 : a->dims[i - (nd - a->ndim)];
-        const int32_t db = i < nd - b->ndim ? 1 : b->dims[i - (nd - b->ndim)];
-        sa[i] = da == 1 ? 0 : stra;
-        sb[i] = db == 1 ? 0 : strb;
-        stra *= da;
-        strb *= db;
-        idx[i] = 0;
-    }
+    broadcast_setup(a, b, out, od, sa, sb, idx);
     for (uint32_t o = 0; o < out->count; o++) {
         int32_t ia = 0, ib = 0;
         for (int i = 0; i < nd; i++) {
@@ -2249,10 +2264,7 @@ static void eval_binary16(er_model *m, er_node *n) {
             r = er_mbqm(n->op == 0 ? wadd(s1, s2) : wsub(s1, s2), n->mult, n->shift);
         }
         st16(y, o, (int64_t)r + out->zp, n->act_min, n->act_max);
-        for (int i = nd - 1; i >= 0; i--) {
-            if (++idx[i] < od[i]) break;
-            idx[i] = 0;
-        }
+        broadcast_next(idx, od, nd);
     }
 }
 
