@@ -20,6 +20,9 @@ building, dict lookups or dtype checks. A kernel takes part through three option
 * ``compile(ins, outs)``: returns a zero-argument callable that does the node's work on the
   given input arrays (None: omitted, or rebound at run time) into the given output views (None:
   no fixed buffer), or None when the kernel cannot bind them (the ``eval`` wrapper is used).
+  int8 CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED bind their small layers this way: window
+  views, column / accumulator buffers and requantization constants fixed once, the threshold
+  table's channel offsets folded into a float64 GEMM (see ``edgerun.ops.conv._bind_gemm``).
 * ``view_of(x)``: the node's output as a view of its input array (RESHAPE, SQUEEZE, EXPAND_DIMS,
   STRIDED_SLICE with basic slices). When the only reader of that output is the very next step,
   the step leaves the plan and the reader gets the view, provided it is C-contiguous, really
@@ -33,7 +36,8 @@ Profiling keeps one name per call (the op name, or ``A+B`` for a composed chain)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
