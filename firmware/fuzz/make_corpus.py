@@ -18,29 +18,20 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from tests.support.firmware_models import mcu_small, op_models, sum_models  # noqa: E402
+from tests.support.firmware_models import mcu_small, op_models, sum_models, unary_int8  # noqa: E402
 
 from edgerun.deploy import protocol as P  # noqa: E402
 from edgerun.ir import ModelBuilder  # noqa: E402
-
-
-def _unary(op, shape, out_shape=None, **opts) -> bytes:
-    b = ModelBuilder()
-    x = b.input("x", shape, "int8", (0.1, 0))
-    y = b.tensor("y", out_shape or shape, "int8", (0.1, 0))
-    b.op(op, [x], [y], **opts)
-    b.output(y)
-    return b.to_bytes()
 
 
 def models() -> dict[str, bytes]:
     out = {f"op_{k}": v for k, v in op_models(0).items()}
     out.update({f"op_{k}": v for k, v in sum_models().items()})
     out["mcu_small"] = mcu_small(7)
-    out["relu_small"] = _unary("RELU", (1, 8))
-    out["hostile_pool_2e72"] = _unary("MAX_POOL_2D", (1 << 24, 1 << 24, 1 << 24, 1), padding=1, stride_w=1,
+    out["relu_small"] = unary_int8("RELU", (1, 8))
+    out["hostile_pool_2e72"] = unary_int8("MAX_POOL_2D", (1 << 24, 1 << 24, 1 << 24, 1), padding=1, stride_w=1,
                                       stride_h=1, filter_width=1, filter_height=1)
-    out["hostile_relu_2e64"] = _unary("RELU", (1 << 16,) * 4)
+    out["hostile_relu_2e64"] = unary_int8("RELU", (1 << 16,) * 4)
     b = ModelBuilder()
     x = b.input("x", (1 << 21, 1), "int8", (0.1, 0))
     w = b.const("w", np.ones((2048, 1), np.int8), "int8", (0.01, 0))
@@ -56,7 +47,7 @@ def _rec(cmd: int, payload: bytes = b"", flags: int = 0) -> bytes:
 
 
 def frame_scripts() -> dict[str, bytes]:
-    model = _unary("RELU", (1, 8))
+    model = unary_int8("RELU", (1, 8))
     sha = hashlib.sha256(model).digest()
     session = [_rec(P.CMD_HELLO), _rec(P.CMD_STATUS), _rec(P.CMD_BEGIN, P.BEGIN.pack(len(model), sha, P.SLOT_NONE))]
     session += [_rec(P.CMD_DATA, P.DATA_HEADER.pack(off) + model[off:off + 256]) for off in range(0, len(model), 256)]

@@ -15,22 +15,13 @@ from edgerun.deploy.serial_link import DeviceError
 from edgerun.ir import ModelBuilder
 from edgerun.testing import run_litert
 from tests.support.firmware_harness import raw_flash, sanitized_device
-from tests.support.firmware_models import mcu_small
+from tests.support.firmware_models import mcu_small, unary_int8
 
 REPRO = Path(__file__).resolve().parents[1] / "data" / "repro"
 GOOD = mcu_small(5)
 
 
 device = pytest.fixture(scope="module", name="device")(sanitized_device)
-
-
-def _unary(op, shape, out_shape=None, **opts) -> bytes:
-    b = ModelBuilder()
-    x = b.input("x", shape, "int8", (0.1, 0))
-    y = b.tensor("y", out_shape or shape, "int8", (0.1, 0))
-    b.op(op, [x], [y], **opts)
-    b.output(y)
-    return b.to_bytes()
 
 
 def _fc(batches, depth, units, out_shape) -> bytes:
@@ -57,16 +48,16 @@ HOSTILE = {
     "fc_batches_units_wrap_32": lambda: _fc(1 << 21, 1, 2048, (0,)),
     "fc_batches_units_wrap_32_to_1": lambda: _fc(1 << 21, 1, 2048 + 1, (1 << 21,)),
     # 2^24 x 2^24 x 2^24 x 1 = 2^72: wraps to 0 in 64 bits
-    "pool_dims_2e72": lambda: _unary("MAX_POOL_2D", (1 << 24, 1 << 24, 1 << 24, 1), padding=1,
+    "pool_dims_2e72": lambda: unary_int8("MAX_POOL_2D", (1 << 24, 1 << 24, 1 << 24, 1), padding=1,
                                      stride_w=1, stride_h=1, filter_width=1, filter_height=1),
     # 2^16 x 2^16 x 2^16 x 2^16 = 2^64 wraps to exactly 0 in 64 bits
-    "relu_dims_2e64": lambda: _unary("RELU", (1 << 16, 1 << 16, 1 << 16, 1 << 16)),
-    "relu_2e26_plus_1": lambda: _unary("RELU", ((1 << 26) + 1,)),
-    "relu_dim_2e31": lambda: _unary("RELU", (1, (1 << 31) - 1)),
+    "relu_dims_2e64": lambda: unary_int8("RELU", (1 << 16, 1 << 16, 1 << 16, 1 << 16)),
+    "relu_2e26_plus_1": lambda: unary_int8("RELU", ((1 << 26) + 1,)),
+    "relu_dim_2e31": lambda: unary_int8("RELU", (1, (1 << 31) - 1)),
     "mean_over_zero_dim": _mean_over_zero_dim,
-    "relu_empty": lambda: _unary("RELU", (4, 0)),
+    "relu_empty": lambda: unary_int8("RELU", (4, 0)),
     # valid shapes, but a pooling window of 2^24 x 2^24 over a 2048 x 2048 image: refused by the work budget
-    "pool_runaway_work": lambda: _unary("AVERAGE_POOL_2D", (1, 2048, 2048, 1), (1, 2048, 2048, 1), padding=0,
+    "pool_runaway_work": lambda: unary_int8("AVERAGE_POOL_2D", (1, 2048, 2048, 1), (1, 2048, 2048, 1), padding=0,
                                         stride_w=1, stride_h=1, filter_width=1 << 24, filter_height=1 << 24),
 }
 for name in ("fc_wrap", "overflow_pool"):
@@ -99,7 +90,7 @@ def test_hostile_model_refused_at_commit_and_never_active(device, name):
 @pytest.mark.slow
 def test_boundary_shapes_still_load(device):
     """The checks are not too tight: 2^20 elements in one dimension (within the arena) loads and runs."""
-    model = _unary("RELU", (1 << 20,))
+    model = unary_int8("RELU", (1 << 20,))
     raw_flash(device, model)
     x = (np.arange(1 << 20) % 256 - 128).astype(np.int8)
     got, _ = run_with_link(device, [x])

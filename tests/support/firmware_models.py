@@ -566,6 +566,17 @@ def sum_models(dtype: str = "int8") -> dict[str, bytes]:
     return models
 
 
+def unary_int8(op, shape, out_shape=None, **opts) -> bytes:
+    """One int8 op x -> y (both scale 0.1, zero point 0), ``opts`` its options: the fuzz corpus's
+    and the robustness tests' small and hostile-shape models."""
+    b = ModelBuilder()
+    x = b.input("x", shape, "int8", (0.1, 0))
+    y = b.tensor("y", out_shape or shape, "int8", (0.1, 0))
+    b.op(op, [x], [y], **opts)
+    b.output(y)
+    return b.to_bytes()
+
+
 def unsupported_model() -> bytes:
     """A model with an op the firmware does not run (ELU), to check the load-time error."""
     b = ModelBuilder()
