@@ -284,7 +284,8 @@ def _bind_requant(requant, acc: np.ndarray, bias, out: np.ndarray):
 
 #: bytes of own buffers (columns, accumulators, float64 requantization work arrays) a bound
 #: call of a layer beyond the tiny / small paths may keep (256 KB: MLPerf Tiny's DS-CNN 1x1
-#: layers and streaming wake word's depthwise layers fit)
+#: layers and streaming wake word's depthwise layers fit). 512 KB took kws 3.24x -> 2.95x but
+#: MediaPipe int8 peak memory / LiteRT's to 1.61-1.96x (iris 1.96x, face detection 1.33 -> 1.61x)
 BIND_BYTES = 1 << 18
 
 #: a bound threshold-table call keeps a float64 copy of its filter (with the offsets row) up to
