@@ -211,3 +211,19 @@ def test_no_code_outside_runtime_reaches_into_the_interpreter():
                     isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 bad.append(f"{p.relative_to(ROOT)}:{node.lineno} .{node.attr}")
     assert not bad, "\n".join(bad)
+
+
+def test_no_test_module_imports_another_test_module():
+    """Helpers shared by test files live in tests/support/ (docs/architecture.md): a test module
+    (tests/**/test_*.py), or a tool, never imports from another test module."""
+    bad = []
+    for p in sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "tools").rglob("*.py"),
+                     *(ROOT / "firmware").rglob("*.py")]):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "tests" and any(q.startswith("test_") for q in parts[1:]):
+                    bad.append(f"{p.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert not bad, "\n".join(bad)
