@@ -273,7 +273,8 @@ class HistogramObserver:
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x, np.float32).reshape(-1)
-        x = x[np.abs(x) < 1e30]  # drops NaN / inf and the -3e38 padding of max pooling
+        if x.size and not (-1e30 < float(x.min()) and float(x.max()) < 1e30):  # NaN fails both
+            x = x[np.abs(x) < 1e30]  # drops NaN / inf and the -3e38 padding of max pooling
         if x.size == 0:
             return
         nz = x[x != 0]  # exact zeros (ReLU, padding) are exact in int8 too: kept out of the histogram

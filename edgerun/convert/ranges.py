@@ -242,20 +242,28 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         rel = [e / s for e, s in zip(err, sig)]
         return max(rel) + 1e-3 * sum(rel) / len(rel)  # the worst output, then the others
 
-    def real_score(rng, graph=None) -> float:
+    cut: list[str] = []
+
+    def real_score(rng, graph=None, stop=None, label="") -> float:
+        """The int8 model's error; with ``stop``, scoring ends as soon as the error reaches it (the
+        sums only grow, so the candidate cannot win: what is returned is then a lower bound and
+        ``label`` goes on the ``cut_short`` list)."""
         q = quantize_graph(g if graph is None else graph, rng, io_type="float32", wide_softmax=True)
         run = Int8Runner(q.to_bytes("edgerun range search"))
         err = [0.0] * len(sig)
-        for smp, ref in zip(data, refs):
+        for n_done, (smp, ref) in enumerate(zip(data, refs), 1):
             for k, o in enumerate(run(smp)):
                 d = o.astype(np.float64).reshape(ref[k].shape) - ref[k]
                 err[k] += float(np.sum(d * d))
+            if stop is not None and n_done < len(data) and combine(err) >= stop:
+                cut.append(f"{label} ({n_done} of {len(data)} samples)")
+                break
         return combine(err)
 
     def db(score):
         return round(float(-10 * np.log10(max(score, 1e-15))), 2)
 
-    def single_scores(pm, graph) -> dict[str, float]:
+    def single_scores(pm, graph, best=None, tag="") -> dict[str, float]:
         tried: list[tuple[str, tuple]] = []
         scores = {}
         for label, _, _ in CANDIDATES:
@@ -263,7 +271,8 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
             if any(all(_same(r[k], o[k]) for k in r) for _, o in tried):
                 continue
             tried.append((label, r))
-            scores[label] = real_score(r, graph)
+            scores[label] = real_score(r, graph, stop=best, label=tag + label)
+            best = scores[label] if best is None else min(best, scores[label])
         return scores
 
     scores = single_scores(per_method, g)
@@ -272,7 +281,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         t_rival = time.perf_counter()
         g2, fb2, obs2, pairs = rival
         pm2 = _per_method(g2, obs2, heads, percentile)
-        scores2 = single_scores(pm2, g2)
+        scores2 = single_scores(pm2, g2, best=min(scores.values()), tag="equalized ")
         keep = min(scores2.values()) < min(scores.values())
         equalization = {"pairs": pairs, "kept": keep, "before_db": db(min(scores.values())),
                         "after_db": db(min(scores2.values())), "decided_on": "best single method"}
@@ -290,7 +299,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     best, best_score = per_method[start], scores[start]
     info["result"] = start
     if sinfo["changed"]:
-        sc = real_score(refined)
+        sc = real_score(refined, stop=best_score, label="per-tensor search")
         info["refined_db"] = db(sc)
         if sc < best_score:
             best, best_score, info["result"] = refined, sc, "per-tensor search from " + start
@@ -301,7 +310,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     fixes = corrections.bias_correction(g, corrections.input_means(g, float_bytes, source, indices))
     if fixes:
         old = corrections.apply(g, fixes)
-        sc = real_score(best)
+        sc = real_score(best, stop=best_score, label="bias correction")
         info["bias_corrected_db"] = db(sc)
         if sc < best_score:
             best_score = sc
@@ -317,7 +326,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         if not fixes:
             break
         old = corrections.apply(g, fixes)
-        sc = real_score(best)
+        sc = real_score(best, stop=best_score, label=f"empirical pass {len(info.get('empirical_tried_db', [])) + 1}")
         info.setdefault("empirical_tried_db", []).append(db(sc))
         if sc >= best_score:
             corrections.apply(g, old)
@@ -326,6 +335,8 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         info["empirical_passes"] += 1
         info["empirical_db"] = db(sc)
     info["score_db"] = db(best_score)
+    if cut:  # their figures above are bounds: each stopped once it could no longer win
+        info["cut_short"] = cut
     info["seconds"] = round(time.perf_counter() - t0, 3)
     return (dict(best), info) if rival is None else (dict(best), info, g)
 
