@@ -263,17 +263,20 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     def db(score):
         return round(float(-10 * np.log10(max(score, 1e-15))), 2)
 
-    def single_scores(pm, graph, best=None, tag="") -> dict[str, float]:
-        tried: list[tuple[str, tuple]] = []
+    def single_scores(pm, graph, best=None, tag="", first=None) -> dict[str, float]:
+        """Each distinct candidate's score (in CANDIDATES order, so ties go as before); ``first``
+        is scored first: a likely winner makes the early stop of the others come sooner."""
+        labels = [label for label, _, _ in CANDIDATES]
+        kept: list[str] = []
+        for label in labels:  # duplicates are decided in CANDIDATES order, as always
+            if not any(all(_same(pm[label][k], pm[o][k]) for k in pm[label]) for o in kept):
+                kept.append(label)
+        order = ([first] if first in kept else []) + [x for x in kept if x != first]
         scores = {}
-        for label, _, _ in CANDIDATES:
-            r = pm[label]
-            if any(all(_same(r[k], o[k]) for k in r) for _, o in tried):
-                continue
-            tried.append((label, r))
-            scores[label] = real_score(r, graph, stop=best, label=tag + label)
+        for label in order:
+            scores[label] = real_score(pm[label], graph, stop=best, label=tag + label)
             best = scores[label] if best is None else min(best, scores[label])
-        return scores
+        return {label: scores[label] for label in kept}
 
     scores = single_scores(per_method, g)
     equalization = None
@@ -281,7 +284,8 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         t_rival = time.perf_counter()
         g2, fb2, obs2, pairs = rival
         pm2 = _per_method(g2, obs2, heads, percentile)
-        scores2 = single_scores(pm2, g2, best=min(scores.values()), tag="equalized ")
+        scores2 = single_scores(pm2, g2, best=min(scores.values()), tag="equalized ",
+                                first=min(scores, key=lambda k: scores[k]))
         keep = min(scores2.values()) < min(scores.values())
         equalization = {"pairs": pairs, "kept": keep, "before_db": db(min(scores.values())),
                         "after_db": db(min(scores2.values())), "decided_on": "best single method"}
