@@ -169,7 +169,7 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
                 t0 = time.perf_counter()
                 time.sleep(idle_s)
                 t1 = time.perf_counter()
-                telemetry.wait_samples(telemetry.window_samples(0, t1) + 1, timeout=idle_s + 5)
+                telemetry.wait_past(t1, timeout=idle_s + 5)
                 if telemetry.t:  # a slow source's first reading may come after the idle period began
                     t0 = max(t0, telemetry.t[0])
                 e = telemetry.window_energy(t0, t1) if t1 - t0 >= idle_s / 2 else None
@@ -208,7 +208,7 @@ def benchmark(model: bytes, *, runs: int = 50, warmup: int = 5, num_threads: int
                 done += runs
                 continue
             if telemetry is not None and telemetry.source is not None:
-                telemetry.wait_samples(telemetry.window_samples(0, run.t1) + 1, timeout=5)
+                telemetry.wait_past(run.t1, timeout=5)
             r = engine_result(run, kernel_path=runners[0].kernel_path, origin=origin)
             if run.loadgen:
                 r["loadgen"] = run.loadgen

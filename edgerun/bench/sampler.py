@@ -81,6 +81,17 @@ class Telemetry:
         while len(self.t) < n and time.perf_counter() < end:
             time.sleep(self.interval / 2)
 
+    def wait_past(self, t: float, timeout: float = 5.0) -> None:
+        """Block until a power sample stamped after ``t`` exists, so that the samples cover a window
+        ending at ``t`` (counting samples is not enough: a reading requested before ``t`` may be
+        appended after it, when the meter answers)."""
+        end = time.perf_counter() + timeout
+        while time.perf_counter() < end:
+            with self._lock:
+                if self.t and self.t[-1] > t:
+                    return
+            time.sleep(self.interval / 2)
+
     # ---- analysis ----------------------------------------------------------------------------
 
     def _power_samples(self) -> tuple[np.ndarray, np.ndarray]:

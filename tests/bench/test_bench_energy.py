@@ -219,3 +219,31 @@ def test_window_energy_while_the_sampler_appends():
             tel.power_curve()
     finally:
         tel.stop()
+
+
+def test_wait_past_covers_a_window_whose_last_reading_was_in_flight():
+    """A slow meter's reading is stamped between request and answer: one requested before ``t1``
+    may be appended after it with a stamp before ``t1``. Counting samples (the old wait) then
+    returned with the window uncovered and the idle figure was None; wait_past waits for a stamp
+    after ``t1``."""
+    import time as _time
+
+    class SlowMeter:
+        kind, name, label = "power", "test:slow", ""
+
+        def read(self):
+            _time.sleep(0.06)
+            return 2.0
+
+    tel = Telemetry(SlowMeter(), interval=0.0).start()
+    try:
+        tel.wait_samples(2)
+        for _ in range(5):
+            t0 = _time.perf_counter()
+            _time.sleep(0.1)
+            t1 = _time.perf_counter()
+            tel.wait_past(t1, timeout=5)
+            assert tel.t[-1] > t1
+            assert tel.window_energy(t0, t1) == pytest.approx(2.0 * (t1 - t0), rel=1e-6)
+    finally:
+        tel.stop()
