@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgerun.ops.common import conv_output_size, conv_padding, qparams, quantized_activation_range
+from edgerun.ops.conv import _same_padding, _strides
 from edgerun.ops.fixedpoint import quantize_multiplier, quantize_multipliers
 from edgerun.ops.fully_connected import fc_shapes
 from edgerun.ops.registry import Kernel, register
@@ -84,6 +85,18 @@ class _Weighted16(Kernel):
             raise ctx.fail("bias must be a constant tensor")
         self.bias = np.zeros(units, np.int64) if b is None else np.asarray(b, np.int64).reshape(units)
 
+    def _taps(self, h: int, w: int, fh: int, fw: int) -> tuple[int, int]:
+        """The convolution window of CONV_2D / DEPTHWISE_CONV_2D (strides, dilations and padding
+        read and checked as the int8 kernels do): sets the row / column index of every tap of every
+        output pixel into the zero-padded input and that padding; returns the output size."""
+        ctx = self.ctx
+        sh, sw, dh, dw = _strides(ctx, ctx.options)
+        oh, ow, ph, _, pw, _ = _same_padding(ctx, ctx.options, h, w, fh, fw, sh, sw, dh, dw)
+        self.rows = (np.arange(oh) * sh)[:, None] + np.arange(fh) * dh  # (oh, fh)
+        self.cols = (np.arange(ow) * sw)[:, None] + np.arange(fw) * dw  # (ow, fw)
+        self.pad = (ph, max(0, int(self.rows.max()) + 1 - ph - h), pw, max(0, int(self.cols.max()) + 1 - pw - w))
+        return oh, ow
+
     #: CONV_2D computes per-tensor multipliers in double like per-channel ones; FC uses a float32 product
     per_channel_rule = False
 
@@ -130,25 +143,15 @@ class Conv2D16x8(_Weighted16):
     per_channel_rule = True
 
     def prepare(self):
-        ctx, opts = self.ctx, self.ctx.options
+        ctx = self.ctx
         n, h, w_, c = ctx.input_shape(0)
         oc, fh, fw, ic = ctx.input_shape(1)
         if ic <= 0 or c % ic:
             raise ctx.fail(f"input channels {c} are not a multiple of the filter's {ic}")
         if c != ic:
             raise ctx.fail("grouped int16 convolution is not supported")
-        sh, sw = opts.get("stride_h", 1), opts.get("stride_w", 1)
-        dh, dw = opts.get("dilation_h_factor", 1), opts.get("dilation_w_factor", 1)
-        pad = opts.get("padding", 0)
-        oh, ow = conv_output_size(pad, h, fh, sh, dh), conv_output_size(pad, w_, fw, sw, dw)
-        ph, _ = conv_padding(pad, h, fh, sh, dh, oh)
-        pw, _ = conv_padding(pad, w_, fw, sw, dw, ow)
+        oh, ow = self._taps(h, w_, fh, fw)
         self._setup(oc, 0)
-        # row / column indices of every tap of every output pixel into the zero-padded input
-        rows = (np.arange(oh) * sh)[:, None] + np.arange(fh) * dh  # (oh, fh)
-        cols = (np.arange(ow) * sw)[:, None] + np.arange(fw) * dw  # (ow, fw)
-        self.pad = (ph, max(0, int(rows.max()) + 1 - ph - h), pw, max(0, int(cols.max()) + 1 - pw - w_))
-        self.rows, self.cols = rows, cols
         wt = ctx.const(1)
         if wt is None:
             raise ctx.fail("int16 CONV_2D needs constant weights")
@@ -184,17 +187,8 @@ class DepthwiseConv2D16x8(_Weighted16):
         self.dm = oc // c
         if mult not in (self.dm, 0) and c != 1:
             raise ctx.invalid(f"depth_multiplier {mult} but the filter has {self.dm} outputs per input channel")
-        sh, sw = opts.get("stride_h", 1), opts.get("stride_w", 1)
-        dh, dw = opts.get("dilation_h_factor", 1), opts.get("dilation_w_factor", 1)
-        pad = opts.get("padding", 0)
-        oh, ow = conv_output_size(pad, h, fh, sh, dh), conv_output_size(pad, w_, fw, sw, dw)
-        ph, _ = conv_padding(pad, h, fh, sh, dh, oh)
-        pw, _ = conv_padding(pad, w_, fw, sw, dw, ow)
+        oh, ow = self._taps(h, w_, fh, fw)
         self._setup(oc, 3)
-        rows = (np.arange(oh) * sh)[:, None] + np.arange(fh) * dh
-        cols = (np.arange(ow) * sw)[:, None] + np.arange(fw) * dw
-        self.pad = (ph, max(0, int(rows.max()) + 1 - ph - h), pw, max(0, int(cols.max()) + 1 - pw - w_))
-        self.rows, self.cols = rows, cols
         wt = ctx.const(1)
         if wt is None:
             raise ctx.fail("int16 DEPTHWISE_CONV_2D needs constant weights")
