@@ -195,6 +195,23 @@ def _threshold_table(requant, bias, m: int, c: int):
     return table(bias, c)
 
 
+def _table_operands(m: int, wmat: np.ndarray, table, src_shape, depthwise: bool = False):
+    """float64 GEMM operands that fold a threshold table's channel offsets into the product: the
+    columns (``m`` rows of ``k`` taps, then a tap of ones; depthwise: each tap per channel), the
+    view of the taps that the window copy fills, and the filter ``wmat`` (``k`` rows) with the
+    offsets ``table[0]`` as row ``k``. None where the window cannot be written as one view."""
+    k = wmat.shape[0]
+    cols = np.zeros((m, k + 1, wmat.shape[1]) if depthwise else (m, k + 1), np.float64)
+    cols[:, k] = 1.0
+    tgt = _cols_view(cols[:, :k], src_shape)
+    if tgt is None:
+        return None
+    w64 = np.empty((k + 1, *wmat.shape[1:]), np.float64)
+    w64[:k] = wmat
+    w64[k] = table[0]
+    return cols, tgt, w64
+
+
 def _table_tail(table, acc: np.ndarray, out: np.ndarray, rows: int):
     """The threshold table's lookup as bound pieces: ``acc`` (float64, channel offsets already
     added by the product) -> ``out``: (searchsorted, flat acc, per-value subtrahend, flat out)."""
@@ -303,14 +320,10 @@ def _bind_gemm(src, fill, wmat, table, bufs, requant, bias, out, m: int, k: int,
     is one ``searchsorted`` and one subtraction into the output."""
     copyto, subtract = np.copyto, np.subtract
     if table is not None and (k + 1) * o * 8 <= BOUND_F64_BYTES:
-        cols = np.zeros((m, k + 1), np.float64)
-        cols[:, k] = 1.0
-        tgt = _cols_view(cols[:, :k], src.shape)
-        if tgt is None:
+        ops = _table_operands(m, wmat, table, src.shape)
+        if ops is None:
             return None
-        w64 = np.empty((k + 1, o), np.float64)
-        w64[:k] = wmat
-        w64[k] = table[0]
+        cols, tgt, w64 = ops
         acc = np.empty((m, o), np.float64)
         ss, flat, sub, o1 = _table_tail(table, acc, out, m)
         dot = np.dot
@@ -796,14 +809,10 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         inner, xin = fill if fill is not None else (None, None)
         table = _threshold_table(self.requant, self.bias, m, oc)
         if table is not None and (taps + 1) * oc * 8 <= BOUND_F64_BYTES:
-            cols = np.zeros((m, taps + 1, oc), np.float64)
-            cols[:, taps] = 1.0
-            tgt = _cols_view(cols[:, :taps], src.shape)
-            if tgt is None:
+            ops = _table_operands(m, wk, table, src.shape, depthwise=True)
+            if ops is None:
                 return None
-            w64 = np.empty((taps + 1, oc), np.float64)
-            w64[:taps] = wk
-            w64[taps] = table[0]
+            cols, tgt, w64 = ops
             acc64 = np.empty((m, oc), np.float64)
             ss, flat, sub, o1 = _table_tail(table, acc64, out, m)
 
