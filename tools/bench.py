@@ -20,16 +20,21 @@ The corpus (models missing on this machine are left out of the tables):
 * MediaPipe vision graphs from the ``mediapipe`` 0.10.14 wheel (``tests/runtime/test_external_models.py``
   caches it in ~/.cache/edgerun/fixtures), converted to int8 by ``edgerun convert`` (minmax
   calibration on random inputs: a speed corpus, not an accuracy one) into
-  ~/.cache/edgerun/bench_int8/; their float originals run too (int8 vs float);
+  ~/.cache/edgerun/bench_int8/; their float originals run too (int8 vs float). The XNNPACK
+  columns (LiteRT+XNNPACK, ``--xnnpack-delegate``) run the same graphs converted with
+  ``--target rpi`` instead (~/.cache/edgerun/bench_int8_rpi/: what a user deploying to XNNPACK
+  gets; e.g. int8 PRELU written for XNNPACK, see ``edgerun.convert.graph.float_prelus``);
 * the MLPerf Tiny reference int8 models (github.com/mlcommons/tiny,
   benchmark/training/*/trained_models/), copied into ~/.cache/edgerun/mlperf_tiny/;
 * microWakeWord streaming models from the ``pymicro-wakeword`` wheel;
 * MobileNet-v1 1.0/224 int8 built in code (``edgerun.testing.mobilenet_v1``);
 * PaddleOCR's PP-OCRv4 text detector (DBNet-style, from the ``rapidocr-onnxruntime`` wheel,
   ``tools/text_detector.py``) converted by ``edgerun convert`` at 320 x 320: int8 (minmax on
-  synthetic document pages) and --float.
+  synthetic document pages) and --float; for the XNNPACK columns int8 with ``--target rpi`` too.
 
 Ratio = edgerun median / LiteRT median (lower is better); the geometric means are per group.
+A second table puts each int8 model beside its float original on every engine (CPU-time medians
+with their interquartile range, int8 / float: below 1 means int8 is faster).
 ``--xnnpack-delegate`` adds a fourth worker, ``edgerun.Interpreter(delegates=["xnnpack"])``, and a
 table of its overhead against LiteRT+XNNPACK alone.
 """
@@ -46,6 +51,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -57,6 +63,10 @@ FIXTURES = Path(os.environ.get("EDGERUN_FIXTURES", CACHE / "fixtures"))
 MEDIAPIPE = FIXTURES / "mediapipe-0.10.14"
 WAKEWORD = FIXTURES / "pymicro-wakeword-2.5.0"
 INT8_DIR = CACHE / "bench_int8"
+#: the same graphs converted with ``--target rpi``, for the XNNPACK columns
+RPI_DIR = CACHE / "bench_int8_rpi"
+#: the target the XNNPACK columns' conversions are made for
+XNNPACK_TARGET = "rpi"
 MLPERF = CACHE / "mlperf_tiny"
 
 MEDIAPIPE_MODELS = ("face_detection_short_range", "palm_detection_lite", "face_landmark", "iris_landmark",
@@ -73,17 +83,20 @@ DELEGATED = "edgerun-xnnpack"
 
 # -- corpus ------------------------------------------------------------------------------------
 
-def _converted(name: str) -> Path | None:
-    """The int8 conversion of a MediaPipe graph, made with ``edgerun convert`` when missing."""
+def _converted(name: str, target: str | None = None) -> Path | None:
+    """The int8 conversion of a MediaPipe graph (for ``target`` when given), made with
+    ``edgerun convert`` when missing."""
     src = MEDIAPIPE / f"{name}.tflite"
-    dst = INT8_DIR / f"{name}.int8.tflite"
+    out_dir = RPI_DIR if target else INT8_DIR
+    dst = out_dir / f"{name}.int8.tflite"
     if dst.exists():
         return dst
     if not src.exists():
         return None
-    INT8_DIR.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     r = subprocess.run([sys.executable, "-m", "edgerun", "convert", str(src), "-o", str(dst), "--calib", "random",
-                        "--calib-method", "minmax"], capture_output=True, text=True, check=False)
+                        "--calib-method", "minmax"] + (["--target", target] if target else []),
+                       cwd=ROOT, capture_output=True, text=True, check=False)
     if r.returncode != 0 or not dst.exists():
         print(f"convert {name}: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}", file=sys.stderr)
         return None
@@ -94,10 +107,11 @@ def _converted(name: str) -> Path | None:
 TEXT_DET_SIZE = 320
 
 
-def _text_detector(float_only: bool = False) -> Path | None:
+def _text_detector(float_only: bool = False, target: str | None = None) -> Path | None:
     """The PP-OCRv4 det model (rapidocr-onnxruntime wheel) converted by ``edgerun convert`` at
-    320 x 320: int8 (minmax on 24 synthetic document pages, as the MediaPipe graphs) or --float."""
-    dst = INT8_DIR / ("ppocr_det.float.tflite" if float_only else "ppocr_det.int8.tflite")
+    320 x 320: int8 (minmax on 24 synthetic document pages, as the MediaPipe graphs; for
+    ``target`` when given) or --float."""
+    dst = (RPI_DIR if target else INT8_DIR) / ("ppocr_det.float.tflite" if float_only else "ppocr_det.int8.tflite")
     if dst.exists():
         return dst
     sys.path.insert(0, str(ROOT))
@@ -110,40 +124,60 @@ def _text_detector(float_only: bool = False) -> Path | None:
         print(f"text detector: {e}", file=sys.stderr)
         return None
     INT8_DIR.mkdir(parents=True, exist_ok=True)
+    dst.parent.mkdir(parents=True, exist_ok=True)
     calib = INT8_DIR / "ppocr_det_calib.npz"
     if not calib.exists():
         np.savez(calib, x=document_images(24, TEXT_DET_SIZE, TEXT_DET_SIZE))
     cmd = [sys.executable, "-m", "edgerun", "convert", str(src), "-o", str(dst),
            "--input-shape", f"1,3,{TEXT_DET_SIZE},{TEXT_DET_SIZE}"]
     cmd += ["--float"] if float_only else ["--calib", str(calib), "--calib-method", "minmax"]
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd += ["--target", target] if target else []
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     if r.returncode != 0 or not dst.exists():
         print(f"convert text detector: failed: {(r.stdout + r.stderr).strip().splitlines()[-1:]}", file=sys.stderr)
         return None
     return dst
 
 
-def corpus(with_float: bool = True) -> list[tuple[str, str, str]]:
-    """(group, name, model path or builder spec); the spec ``mobilenet:ALPHA:SIZE`` is built in code."""
+class Entry(NamedTuple):
+    group: str
+    name: str
+    #: model path or builder spec (``mobilenet:ALPHA:SIZE`` is built in code)
+    spec: str
+    #: what the XNNPACK engines run: the ``--target rpi`` conversion where there is one, else ``spec``
+    xspec: str
+    #: (model, "int8" | "float") for the int8 vs float table, or None
+    pair: tuple[str, str] | None = None
+
+
+def corpus(with_float: bool = True) -> list[Entry]:
+    """The models found or made on this machine (missing ones are left out)."""
     out = []
     for name in MEDIAPIPE_MODELS:
         p = _converted(name)
         if p is not None:
-            out.append(("mediapipe int8", f"{name} int8", str(p)))
-        if with_float and (MEDIAPIPE / f"{name}.tflite").exists():
-            out.append(("mediapipe float", f"{name} float (fp16 weights)", str(MEDIAPIPE / f"{name}.tflite")))
+            x = _converted(name, XNNPACK_TARGET) or p
+            out.append(Entry("mediapipe int8", f"{name} int8", str(p), str(x), (name, "int8")))
+        f = MEDIAPIPE / f"{name}.tflite"
+        if with_float and f.exists():
+            out.append(Entry("mediapipe float", f"{name} float (fp16 weights)", str(f), str(f), (name, "float")))
     for name, what in MLPERF_MODELS.items():
         if (MLPERF / f"{name}.tflite").exists():
-            out.append(("mlperf tiny", f"{name} ({what})", str(MLPERF / f"{name}.tflite")))
+            p = str(MLPERF / f"{name}.tflite")
+            out.append(Entry("mlperf tiny", f"{name} ({what})", p, p))
     for p in sorted(WAKEWORD.glob("*.tflite"))[:2]:
-        out.append(("microwakeword", f"microWakeWord {p.stem}", str(p)))
-    out.append(("mobilenet", "mobilenet_v1 1.0/224 int8 (built in code)", _built_model("mobilenet:1.0:224")))
+        out.append(Entry("microwakeword", f"microWakeWord {p.stem}", str(p), str(p)))
+    p = _built_model("mobilenet:1.0:224")
+    out.append(Entry("mobilenet", "mobilenet_v1 1.0/224 int8 (built in code)", p, p))
     p = _text_detector()
     if p is not None:
-        out.append(("text detector", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} int8 (PP-OCRv4 det)", str(p)))
+        x = _text_detector(target=XNNPACK_TARGET) or p
+        out.append(Entry("text detector", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} int8 (PP-OCRv4 det)", str(p), str(x),
+                         ("ppocr_det", "int8")))
     p = _text_detector(float_only=True) if with_float else None
     if p is not None:
-        out.append(("text detector float", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} float", str(p)))
+        out.append(Entry("text detector float", f"ppocr_det {TEXT_DET_SIZE}x{TEXT_DET_SIZE} float", str(p), str(p),
+                         ("ppocr_det", "float")))
     return out
 
 
@@ -279,9 +313,14 @@ class _Worker:
         return msg["peak_kib"] if msg else None
 
 
-def measure(spec: str, rounds: int, warmup: int, budget_s: float, engines=ENGINES) -> dict:
-    """Median ms and peak memory growth (KiB) per engine, the engines interleaved round by round."""
-    workers = [_Worker(e, spec) for e in engines]
+#: engines that run an entry's ``xspec`` (the XNNPACK-target conversion)
+XNNPACK_ENGINES = ("litert-xnnpack", DELEGATED)
+
+
+def measure(spec: str, rounds: int, warmup: int, budget_s: float, engines=ENGINES, xspec: str | None = None) -> dict:
+    """Median ms and peak memory growth (KiB) per engine, the engines interleaved round by round;
+    the XNNPACK engines run ``xspec`` when given."""
+    workers = [_Worker(e, xspec if xspec and e in XNNPACK_ENGINES else spec) for e in engines]
     for w in workers:
         w.run(warmup)
         w.times.clear()
@@ -299,7 +338,8 @@ def measure(spec: str, rounds: int, warmup: int, budget_s: float, engines=ENGINE
         peak = w.finish()
         ts, cs = sorted(w.times), sorted(w.cpu)
         out[w.engine] = {"error": w.error} if w.error else {
-            "ms": 1e3 * ts[len(ts) // 2], "cpu_ms": 1e3 * cs[len(cs) // 2], "n": len(ts), "peak_kib": peak}
+            "ms": 1e3 * ts[len(ts) // 2], "cpu_ms": 1e3 * cs[len(cs) // 2], "n": len(ts), "peak_kib": peak,
+            "cpu_q1": 1e3 * cs[len(cs) // 4], "cpu_q3": 1e3 * cs[(3 * len(cs)) // 4]}
     return out
 
 
@@ -345,6 +385,29 @@ def machine() -> str:
             f"ai-edge-litert {litert}, {platform.system()} {platform.release()}")
 
 
+def _int8_vs_float(pairs: dict) -> list[str]:
+    """Markdown lines: each int8 model beside its float original, per engine (CPU-time medians with
+    their interquartile range; int8 / float below 1 means int8 is faster)."""
+    both = {k: v for k, v in pairs.items() if "int8" in v and "float" in v}
+    if not both:
+        return []
+
+    def cell(r):
+        return f"{r['cpu_ms']:.3f} ({r['cpu_q1']:.3f}-{r['cpu_q3']:.3f})" if "cpu_ms" in r else "-"
+
+    lines = ["", (f"int8 vs float, CPU-time ms per invoke, median (interquartile range); the XNNPACK column runs the "
+                  f"int8 graphs converted with --target {XNNPACK_TARGET}:"), "",
+             "| model | edgerun int8 | edgerun float | int8 / float | LiteRT int8 | LiteRT float | int8 / float | "
+             "LiteRT+XNNPACK int8 | LiteRT+XNNPACK float | int8 / float |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for model, v in both.items():
+        cells = [model]
+        for eng in ENGINES:
+            a, b = v["int8"][eng], v["float"][eng]
+            cells += [cell(a), cell(b), f"{a['cpu_ms'] / b['cpu_ms']:.2f}" if "cpu_ms" in a and "cpu_ms" in b else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _geomean(xs: list[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
@@ -367,11 +430,13 @@ def main() -> int:
         return worker(*args.worker)
 
     load0 = os.getloadavg()[0]
-    rows, ratios, cpu_ratios, delegated = [], {}, {}, []
+    rows, ratios, cpu_ratios, delegated, pairs = [], {}, {}, [], {}
     engines = ENGINES + ((DELEGATED,) if args.xnnpack_delegate else ())
-    entries = [c for c in corpus(not args.no_float) if args.only in c[0] or args.only in c[1]]
-    for group, name, spec in entries:
-        res = measure(spec, args.rounds, args.warmup, args.budget, engines)
+    entries = [c for c in corpus(not args.no_float) if args.only in c.group or args.only in c.name]
+    for group, name, spec, xspec, pair in entries:
+        res = measure(spec, args.rounds, args.warmup, args.budget, engines, xspec)
+        if pair is not None:
+            pairs.setdefault(pair[0], {})[pair[1]] = res
         e, lr, lx = (res[k] for k in ENGINES)
         if args.xnnpack_delegate:
             d = res[DELEGATED]
@@ -398,7 +463,8 @@ def main() -> int:
         print(" | ".join(cells), flush=True)
     load1 = os.getloadavg()[0]
 
-    header = ("model", "edgerun ms", "LiteRT ms (XNNPACK off)", "LiteRT ms (XNNPACK on)", "edgerun / LiteRT",
+    header = ("model", "edgerun ms", "LiteRT ms (XNNPACK off)", f"LiteRT ms (XNNPACK on; --target {XNNPACK_TARGET} conversions)",
+              "edgerun / LiteRT",
               "same, CPU time", "edgerun / LiteRT+XNNPACK", "edgerun peak KiB", "LiteRT peak KiB", "LiteRT+XNNPACK peak KiB",
               "memory edgerun / LiteRT")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -410,6 +476,7 @@ def main() -> int:
         worst = max(rs)
         lines.append(f"| {group} | {len(rs)} | {_geomean([r for r, _, _ in rs]):.2f}x | "
                      f"{_geomean(cpu_ratios[group]):.2f}x | {worst[0]:.2f}x ({worst[1]}) |")
+    lines += _int8_vs_float(pairs)
     if delegated:
         lines += ["", ("edgerun with delegates=['xnnpack'] against LiteRT+XNNPACK alone (overhead = edgerun's "
                        "median / LiteRT's - 1; the 5 % target applies to models above 0.3 ms):"), "",
