@@ -397,8 +397,8 @@ def _int8_vs_float(pairs: dict) -> list[str]:
 
     lines = ["", (f"int8 vs float, CPU-time ms per invoke, median (interquartile range); the XNNPACK column runs the "
                   f"int8 graphs converted with --target {XNNPACK_TARGET}:"), "",
-             "| model | edgerun int8 | edgerun float | int8 / float | LiteRT int8 | LiteRT float | int8 / float | "
-             "LiteRT+XNNPACK int8 | LiteRT+XNNPACK float | int8 / float |", "|---|---|---|---|---|---|---|---|---|---|"]
+             ("| model | edgerun int8 | edgerun float | int8 / float | LiteRT int8 | LiteRT float | int8 / float | "
+              "LiteRT+XNNPACK int8 | LiteRT+XNNPACK float | int8 / float |"), "|---|---|---|---|---|---|---|---|---|---|"]
     for model, v in both.items():
         cells = [model]
         for eng in ENGINES:
