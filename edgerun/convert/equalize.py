@@ -168,9 +168,11 @@ def equalized_copy(g):
     return g2, equalize(g2)
 
 
-def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32, activations: str = "int8") -> float:
+def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32, activations: str = "int8",
+               **quantize_kw) -> float:
     """The int8 model's error on up to ``samples`` of ``source[indices]``: the worst output's
-    squared error relative to its float energy (lower is better)."""
+    squared error relative to its float energy (lower is better). ``quantize_kw`` go to
+    :func:`edgerun.convert.quantize.quantize_graph` (``wide_input``)."""
     from edgerun.convert.drift import Int8Runner
     from edgerun.convert.quantize import quantize_graph
     from edgerun.litert import make_interpreter
@@ -181,7 +183,7 @@ def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32
     ref = make_interpreter(float_bytes, xnnpack=False)
     ref.allocate_tensors()
     run = Int8Runner(quantize_graph(g, ranges, io_type="float32", activations=activations,
-                                    wide_softmax=True).to_bytes("edgerun equalize"))
+                                    wide_softmax=True, **quantize_kw).to_bytes("edgerun equalize"))
     err, sig = None, None
     for i in idx:
         smp = source.sample(i)

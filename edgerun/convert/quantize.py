@@ -164,6 +164,88 @@ def wide_softmax_outputs(g: Graph, fops: set[int], io_type: str) -> set[int]:
             and op.outputs[0] in outs and not cons.get(op.outputs[0])}
 
 
+#: ops a wide head walks back through from its FULLY_CONNECTED (value-moving or averaging ops
+#: with 16x8 kernels: their int16 outputs keep what int8 would round away)
+WIDE_HEAD_THROUGH = ("RESHAPE", "AVERAGE_POOL_2D")
+
+
+def wide_head_ops(g: Graph, fops: set[int], wide: set[int], io_type: str) -> set[int]:
+    """Ops of a float32-output model's classifier head that run in 16x8 (int16 activations, int8
+    weights, int64 bias): the last FULLY_CONNECTED before each wide SOFTMAX (``wide``: their
+    outputs), or whose result is itself a float32 graph output (logits out, through RESHAPEs), and
+    the RESHAPE / AVERAGE_POOL_2D ops that feed it. Only ops whose output has one consumer are
+    taken, so no other layer's input changes precision. The int8 logits' step (MLPerf Tiny
+    ResNet-8: 0.116 on crops of photographs) otherwise decides near-ties of the top-2 classes."""
+    if io_type != "float32":
+        return set()
+    prod, cons = g.producers(), g.consumers()
+    outs = set(g.outputs)
+
+    def single(t):
+        return len(cons.get(t, [])) + (t in outs) == 1
+
+    def back(t, through) -> int | None:
+        """The op producing ``t``, walking back over single-consumer ``through`` ops."""
+        while t in prod and prod[t] not in fops:
+            i = prod[t]
+            if g.ops[i].op not in through:
+                return i
+            if not single(g.ops[i].inputs[0]):
+                return None
+            t = g.ops[i].inputs[0]
+        return None
+
+    starts = []
+    for i, op in enumerate(g.ops):
+        if op.op == "SOFTMAX" and op.outputs[0] in wide and single(op.inputs[0]):
+            starts.append(op.inputs[0])
+    starts += [t for t in g.outputs if t in prod and prod[t] not in fops and not cons.get(t)]
+    head: set[int] = set()
+    for t in starts:
+        i = back(t, ("RESHAPE",))
+        if i is None or g.ops[i].op != "FULLY_CONNECTED" or g.tensors[g.ops[i].inputs[1]].data is None:
+            continue
+        if not (single(g.ops[i].outputs[0]) or g.ops[i].outputs[0] in outs):
+            continue
+        head.add(i)
+        x = g.ops[i].inputs[0]
+        while x in prod and prod[x] not in fops and g.ops[prod[x]].op in WIDE_HEAD_THROUGH and single(x):
+            head.add(prod[x])
+            x = g.ops[prod[x]].inputs[0]
+        k = t
+        while k in prod and prod[k] != i:
+            head.add(prod[k])
+            k = g.ops[prod[k]].inputs[0]
+    return head
+
+
+#: first layers a wide input stage runs in 16x8 (:func:`wide_input_ops`)
+WIDE_INPUT_LAYERS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+
+
+def wide_input_ops(g: Graph, fops: set[int], io_type: str) -> tuple[set[int], set[int]]:
+    """(ops, graph inputs) of a float32-input model's int16 input stage: each float32 graph input
+    whose every reader is a weight layer (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED with
+    constant weights) is quantized to int16 (QUANTIZE float32 -> int16) and those layers run in
+    16x8; their int16 outputs are requantized to int8 for the rest of the model. An input whose
+    range is set by one wide feature (MLPerf Tiny kws: MFCC coefficient 0 spans ~150, the others
+    a few units) loses the small features to int8's step; int16's is 256 times finer."""
+    if io_type != "float32":
+        return set(), set()
+    cons = g.consumers()
+    ops: set[int] = set()
+    ins: set[int] = set()
+    for t in g.inputs:
+        readers = cons.get(t, [])
+        if not readers or t in g.outputs or g.tensors[t].dtype != "float32":
+            continue
+        if all(i not in fops and g.ops[i].op in WIDE_INPUT_LAYERS and g.ops[i].inputs[0] == t
+               and t not in g.ops[i].inputs[1:] and g.tensors[g.ops[i].inputs[1]].data is not None for i in readers):
+            ops.update(readers)
+            ins.add(t)
+    return ops, ins
+
+
 def float_ops(g: Graph, keep_float: set[str] | frozenset = frozenset(), activations: str = "int8") -> set[int]:
     """Indices of ops that stay float: no int8 form, or named (by output tensor) in keep_float."""
     out = set()
@@ -201,14 +283,18 @@ def _xnnpack_const_range(g: Graph, op: Op, k: int, lo: float, hi: float, out_p, 
 
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
                    keep_float: set[str] | frozenset = frozenset(), activations: str = "int8",
-                   int16_layers: set[str] | frozenset = frozenset(), wide_softmax: bool = False) -> Graph:
+                   int16_layers: set[str] | frozenset = frozenset(), wide_softmax: bool = False,
+                   wide_head: bool = True, wide_input: bool = False) -> Graph:
     """A new int8 (or 16x8 with ``activations="int16"``) Graph from float graph ``g`` and
     calibrated ranges keyed by tensor name. ``int16_layers`` (int8 mode): ops, named by output
     tensor, promoted to 16x8 when they have a 16x8 kernel (mixed precision; QUANTIZE converts
     between int8 and int16 tensors at the boundaries). ``wide_softmax`` (int8 mode, float32
     outputs): a SOFTMAX whose output is only a graph output runs in int16 (its int8 logits
     requantized to int16 by a QUANTIZE; output scale 1/32768) and its output is dequantized from
-    int16, so the probabilities are not rounded to int8's fixed 1/256 step."""
+    int16, so the probabilities are not rounded to int8's fixed 1/256 step. ``wide_head`` (with
+    ``wide_softmax``): the classifier head before it, or before float32 logits, runs in 16x8 as
+    well (:func:`wide_head_ops`). ``wide_input`` (int8 mode, float32 inputs): the input stage
+    runs in 16x8 (:func:`wide_input_ops`)."""
     if activations not in ("int8", "int16"):
         raise ConversionError(f"activations {activations!r}: use int8 or int16")
     adt = activations  # the dtype of quantized activation tensors
@@ -218,14 +304,18 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
     fops = float_ops(g, keep_float, activations)
     wide = wide_softmax_outputs(g, fops, io_type) if wide_softmax and adt == "int8" else set()
+    head = wide_head_ops(g, fops, wide, io_type) if wide_softmax and wide_head and adt == "int8" else set()
     # per-op and per-tensor precision: int16 for every quantized op in 16x8 mode, else for promoted ops
-    op_dt = {i: ("int16" if adt == "int16" or op.outputs[0] in wide or (op.op in INT16_OPS and any(
+    first, wide_ins = wide_input_ops(g, fops, io_type) if wide_input and adt == "int8" else (set(), set())
+    op_dt = {i: ("int16" if adt == "int16" or op.outputs[0] in wide or i in head or i in first or (op.op in INT16_OPS and any(
         g.tensors[o].name in int16_layers for o in op.outputs)) else "int8")
         for i, op in enumerate(g.ops) if i not in fops}
     tdt: dict[int, str] = {}
     for i, dt in op_dt.items():
         for o in g.ops[i].outputs:
             tdt[o] = dt
+    for t in wide_ins:
+        tdt[t] = "int16"
 
     def params_fn(dt):
         return activation_params16 if dt == "int16" else activation_params
@@ -295,6 +385,21 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
                     if op.op == "PADV2" and k == 2 and float(d.min()) < -1e30:
                         continue  # -inf padding for max pooling: the lowest int8 value
                     cr[0], cr[1] = min(cr[0], float(d.min())), max(cr[1], float(d.max()))
+    # a value-moving op run at the other precision than its input (a promoted AVERAGE_POOL_2D
+    # reading int8): the QUANTIZE before it converts to the op's shared parameters, so they must
+    # hold the input's range too (an average's range is narrower than its input's)
+    for i, op in enumerate(g.ops):
+        if i in fops or RULES[op.op].kind != "same":
+            continue
+        rule = RULES[op.op]
+        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
+        for k in shared:
+            t = op.inputs[k] if k < len(op.inputs) else -1
+            if t < 0 or not is_act[t] or tdt.get(t, adt) == op_dt[i] or uf.find(t) not in class_range:
+                continue
+            lo, hi = class_range[uf.find(t)]
+            cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
+            cr[0], cr[1] = min(cr[0], lo), max(cr[1], hi)
     params: dict[int, tuple[float, int]] = {}
     for t in acts:
         r = uf.find(t)
@@ -378,7 +483,8 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             ext = q.tensor(src.name, src.shape, "uint8", quant=QuantParams([s], [z + 128]))
         else:
             ext = q.tensor(src.name, src.shape, "float32")
-        inner = q.tensor(src.name + "_" + adt, src.shape, adt, quant=QuantParams([s], [z]))
+        idt = tdt.get(t, adt)
+        inner = q.tensor(src.name + "_" + idt, src.shape, idt, quant=QuantParams([s], [z]))
         new_idx[t] = inner
         q.ops.append(Op("QUANTIZE", [ext], [inner], version=2 if io_type == "uint8" else 1))
         q.inputs.append(ext)
@@ -444,7 +550,8 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     for t in g.outputs:
         src = g.tensors[t]
         if t in q_act:
-            inner = main_tensor(t) if tdt.get(t, adt) == adt or t in wide else as_int8(t, None, adt)
+            inner = (main_tensor(t) if tdt.get(t, adt) == adt or t in wide or (t in tdt and io_type == "float32")
+                     else as_int8(t, None, adt))
             if inner != main_tensor(t):
                 q.rename(main_tensor(t), src.name + "_" + tdt[t])
         elif t in params and io_type != "float32":

@@ -15,7 +15,8 @@ rare large values carry the answer. ``auto`` chooses per tensor:
    scale, as in :func:`edgerun.convert.quantize.quantize_graph`) are visited in graph order and each
    takes the candidate with the lowest error at the model outputs on up to 160 calibration
    samples: the worst output's relative squared error, so the figure the report leads with is the
-   one minimized. Candidates that are all but equal are tried once; a time budget bounds it.
+   one minimized. Candidates that are all but equal are tried once. A work count bounds it
+   (:data:`REFINE_WORK`), not a clock, so the same inputs give the same model on any machine.
 
 Fixed-output ops (SOFTMAX, LOGISTIC, ...) keep their spec parameters and are not simulated; the
 model inputs keep their min/max range. The real int8 model is scored with an output SOFTMAX in
@@ -40,7 +41,8 @@ CANDIDATES = (("mse", "mse", 99.99), ("minmax", "minmax", 99.99), ("percentile99
 #: scores stop early (:func:`search`'s ``cut_short``); the choice does not depend on the order
 #: (ties aside), only the time does
 LIKELY_FIRST = "percentile99.999"
-#: samples the search scores candidates on, and its default time budget (seconds)
+#: samples the search scores candidates on; SEARCH_SECONDS <= 0 (``search(seconds=...)``) turns
+#: the per-tensor step off, any other value leaves it to REFINE_WORK (kept for callers)
 SEARCH_SAMPLES = 160
 MIN_SEARCH_SAMPLES = 48
 #: float work (multiply-accumulates of the weight layers plus one per element of every other op's
@@ -58,12 +60,15 @@ EMPIRICAL_PASSES = 3
 REFINE_GAIN = 0.01
 #: candidate ranges closer than this (relative to the wider one) are one candidate
 SAME_RANGE = 0.01
-#: the per-tensor search runs only when its time budget covers at least this share of the classes
-#: at one score each (measured from the first score); otherwise step 1's best single method stands.
-#: All of them: a search cut short after the first few classes fits the calibration samples, not
-#: the model (MediaPipe face detection: 9 of 52 classes searched, calibration score 19.45 ->
-#: 19.63 dB, held-out SQNR 20.57 -> 20.29 dB), and whether it ran depended on the machine's load
-REFINE_COVER = 1.0
+#: float work (:func:`float_work` x samples) the per-tensor search may take, counted as every
+#: class scored with every other candidate: the search runs over all classes when its count fits,
+#: else not at all, and step 1's best single method stands. A search cut short after the first
+#: few classes fits the calibration samples, not the model (MediaPipe face detection: 9 of 52
+#: classes searched, calibration score 19.45 -> 19.63 dB, held-out SQNR 20.57 -> 20.29 dB), and
+#: when it was bounded by a clock (30 s) whether and how far it ran depended on the machine's load
+#: (MLPerf Tiny ResNet-8: 12 of 14 classes in one run, 94.0 % / 92.5 % top-1 in two). MLPerf Tiny
+#: ic (140 G), vww (174 G) and kws (24 G) fit; MediaPipe face detection (1.3 T) and larger do not
+REFINE_WORK = 200e9
 
 
 def float_work(g) -> int:
@@ -235,7 +240,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     1. each single method (CANDIDATES) is applied to every tensor and the *real* int8 model
        (quantize_graph, LiteRT's kernels) is scored on up to ``samples`` calibration samples;
     2. from the best of them, the per-class search on the simulation graph (see the module
-       docstring) refines the ranges tensor by tensor, within ``seconds``;
+       docstring) refines the ranges tensor by tensor, when its work fits :data:`REFINE_WORK`;
     3. the refined ranges are scored on the real int8 model too and kept only if they beat step 1's
        best: the simulation rounds at other points than the int8 kernels, so it proposes and the
        real model decides. The result is never worse, on the calibration samples, than the best
@@ -339,7 +344,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     if equalization is not None:
         info["equalization"] = equalization
     refined, sinfo = _refine(g, per_method, start, observers, data, refs, combine, float_ops(g),
-                             seconds - (time.perf_counter() - t0), progress, make_interpreter)
+                             seconds, progress, make_interpreter)
     info.update(sinfo)
     best, best_score = per_method[start], scores[start]
     info["result"] = start
@@ -387,7 +392,8 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
 
 
 def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds, progress, make_interpreter):
-    """The per-class search on the simulation graph, from ``per_method[start]``."""
+    """The per-class search on the simulation graph, from ``per_method[start]``: over every class
+    when its work count fits :data:`REFINE_WORK`, else none (``seconds`` <= 0: none)."""
     base = per_method[start]
     find, fixed_roots = _classes(g, fops)
     acts = [t for t in quantized_activations(g, fops) if g.tensors[t].name in base and find(t) not in fixed_roots]
@@ -398,7 +404,11 @@ def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds,
     info = {"classes": len(members), "searched": 0, "changed": 0, "chosen": {}}
     if not members or seconds <= 0:
         return dict(base), info
-    t0 = time.perf_counter()
+    need = len(members) * (len(CANDIDATES) - 1) * len(data) * float_work(g)
+    if need > REFINE_WORK:
+        info["stopped"] = (f"skipped: {len(members)} classes x {len(CANDIDATES) - 1} candidates x {len(data)} "
+                           f"samples is {need / 1e9:.0f} G of float work, above {REFINE_WORK / 1e9:.0f} G")
+        return dict(base), info
 
     def class_range(c, label):
         rs = [per_method[label][g.tensors[t].name] for t in members[c]]
@@ -430,20 +440,8 @@ def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds,
     current = {c: class_range(c, start) for c in order}
     for c in order:
         set_class(c, current[c])
-    t1 = time.perf_counter()
     best = score()
-    one = time.perf_counter() - t1
-    left = seconds - (time.perf_counter() - t0)
-    if left < REFINE_COVER * len(order) * one:
-        # a search that reaches only the first few classes rarely changes anything (MediaPipe pose
-        # detection: 4 of 85 classes in 30 s, one changed, and the real int8 model rejected it)
-        info["stopped"] = (f"skipped: one score takes {one:.2f} s, the {max(left, 0):.1f} s left visit fewer "
-                           f"than {REFINE_COVER:.0%} of {len(order)} classes")
-        return dict(base), info
     for n, c in enumerate(order):
-        if time.perf_counter() - t0 > seconds:
-            info["stopped"] = f"time budget reached after {n} of {len(order)} classes"
-            break
         tried = [current[c]]
         chosen = start
         for label, _, _ in CANDIDATES:

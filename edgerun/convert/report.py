@@ -51,6 +51,10 @@ class ConversionReport:
     float_check: dict | None = None
     #: the written model loaded and ran in LiteRT (in a child process) before the report said so
     litert_check: str | None = None
+    #: op type -> count of the result's ops that run with int16 activations (16x8: the wide
+    #: classifier head, the int16 input stage, --activations int16, promoted layers); QUANTIZE /
+    #: DEQUANTIZE not counted
+    int16_ops: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -70,7 +74,7 @@ class ConversionReport:
                 "kernel_path": self.kernel_path,
                 "delegated": None if self.delegated is None else
                 {"path": self.delegated["path"], "outputs": [o.to_dict() for o in self.delegated["outputs"]]},
-                "float_check": self.float_check, "litert_check": self.litert_check}
+                "float_check": self.float_check, "litert_check": self.litert_check, "int16_ops": self.int16_ops}
 
     def format(self) -> str:
         lines = []
@@ -124,6 +128,9 @@ class ConversionReport:
             lines.append(f"accuracy budget --max-drop {self.budget}: {state}; layers kept in float: {kept}")
         if self.float_ops:
             lines.append(f"ops running in float: {', '.join(sorted(set(self.float_ops)))}")
+        if self.int16_ops:
+            lines.append("ops running at 16 bits (int16 activations, int8 weights): "
+                         + ", ".join(f"{k} x{v}" for k, v in sorted(self.int16_ops.items())))
         if self.xnnpack_partitions is not None:
             lines.append(f"XNNPACK partitions: {self.xnnpack_partitions}"
                          + (f" (outside: {', '.join(sorted(set(self.xnnpack_outside)))})" if self.xnnpack_outside

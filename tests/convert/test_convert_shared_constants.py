@@ -168,11 +168,12 @@ def test_histogram_of_a_batch_in_parts_is_that_of_the_batch():
         np.testing.assert_array_equal(a.state(), b.state())
 
 
-def test_per_tensor_search_runs_only_when_its_budget_covers_every_class(monkeypatch):
-    """A search that would stop after part of the classes is not started: partial searches fitted
-    the calibration samples (face detection: 9 of 52 classes, held-out 20.57 -> 20.29 dB). A fake
-    clock makes every reading one second later: one score "takes" 1 s, and the budget covers
-    three quarters of the classes."""
+def test_per_tensor_search_is_bounded_by_work_not_a_clock(monkeypatch):
+    """The per-tensor search runs over every class when its work count (classes x other
+    candidates x samples x float work) fits REFINE_WORK, else not at all: partial searches fitted
+    the calibration samples (face detection: 9 of 52 classes, held-out 20.57 -> 20.29 dB), and a
+    clock made the choice depend on the machine's load. A fake clock that jumps an hour at every
+    reading changes nothing."""
     from edgerun.convert.quantize import float_ops
 
     fb = _shared_bias_model(stem=True)
@@ -193,18 +194,28 @@ def test_per_tensor_search_runs_only_when_its_budget_covers_every_class(monkeypa
     def combine(err):
         return err[0]
 
-    class Clock:
-        now = 0.0
-
-        def perf_counter(self):
-            self.now += 1.0
-            return self.now
-    monkeypatch.setattr(rs, "time", Clock())
     find, fixed = rs._classes(g, float_ops(g))
     classes = len({find(t) for t in rs.quantized_activations(g, float_ops(g))
                    if g.tensors[t].name in pm["mse"] and find(t) not in fixed})
     assert classes >= 4
-    _, info = rs._refine(g, pm, "mse", obs, data, refs, combine, float_ops(g), 3 + 0.75 * classes, None,
-                         make_interpreter)
-    assert info["stopped"].startswith("skipped")
-    assert info["searched"] == 0
+    need = classes * (len(rs.CANDIDATES) - 1) * len(data) * rs.float_work(g)
+
+    def refine():
+        return rs._refine(g, pm, "mse", obs, data, refs, combine, float_ops(g), rs.SEARCH_SECONDS, None,
+                          make_interpreter)
+    monkeypatch.setattr(rs, "REFINE_WORK", need - 1)
+    _, info = refine()
+    assert info["stopped"].startswith("skipped") and info["searched"] == 0
+    monkeypatch.setattr(rs, "REFINE_WORK", need)
+    out1, info1 = refine()
+    assert "stopped" not in info1 and info1["searched"] > 0
+
+    class Clock:
+        now = 0.0
+
+        def perf_counter(self):
+            self.now += 3600.0
+            return self.now
+    monkeypatch.setattr(rs, "time", Clock())
+    out2, info2 = refine()
+    assert out2 == out1 and info2 == info1

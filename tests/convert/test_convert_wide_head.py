@@ -1,0 +1,129 @@
+"""16-bit stages of a float32-io int8 conversion (issue 15): the wide classifier head and the
+int16 input stage.
+
+* Wide head: with float32 outputs on a target that takes the int16 SOFTMAX (cpu, rpi, none), the
+  last FULLY_CONNECTED before the output SOFTMAX, or before float32 logits, runs in 16x8 (int16
+  activations, int8 weights, int64 bias), with the AVERAGE_POOL_2D / RESHAPE ops that feed it;
+  int8 logits' step otherwise decides near-ties. mcu keeps its int8 head.
+* Input stage: an input whose range is set by one wide feature is quantized to int16 and read by
+  its first layer in 16x8, then requantized to int8, when that removes WIDE_INPUT_GAIN of the
+  error on calibration samples.
+
+Every form must run bit-exact with LiteRT's reference kernels, be closer to float than the int8
+form, and the report must say which ops ran at 16 bits.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgerun.convert.pipeline import convert
+from edgerun.schema.reader import read_model
+from edgerun.testing import compare_with_litert
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGERUN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def classifier(path, softmax: bool, seed: int = 0, wide_feature: float = 1.0) -> None:
+    """Conv 3x3 (4 -> 8) -> Relu -> Conv 1x1 -> Relu -> AveragePool 6x6 -> Flatten -> Gemm (8 -> 10) [-> Softmax]
+    on a [1, 4, 6, 6] input. With ``wide_feature`` > 1 the conv reads input channel 0 (which
+    spans ``wide_feature`` times the others' range) with weights of one or two int8 steps; all
+    first-conv weights sit on their int8 grid, so the input's own quantization leads the error."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.5, (8, 4, 3, 3)).astype(np.float32)
+    if wide_feature != 1.0:
+        step = np.abs(w).reshape(8, -1).max(axis=1) / 127
+        w[:, 0] = step[:, None, None] * rng.choice([-2, -1, 1, 2], (8, 3, 3))
+        w = (np.round(w / step[:, None, None, None]) * step[:, None, None, None]).astype(np.float32)
+    b = rng.normal(0, 0.1, 8).astype(np.float32)
+    w2 = rng.normal(0, 0.4, (8, 8, 1, 1)).astype(np.float32)
+    fc = rng.normal(0, 0.6, (10, 8)).astype(np.float32)
+    fb = rng.normal(0, 0.2, 10).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+             helper.make_node("Relu", ["c2"], ["r"]),
+             helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[6, 6]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fb"], ["logits"], transB=1)]
+    out = "logits"
+    if softmax:
+        nodes.append(helper.make_node("Softmax", ["logits"], ["prob"], axis=1))
+        out = "prob"
+    graph = helper.make_graph(
+        nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (b, "b"), (w2, "w2"), (fc, "fc"), (fb, "fb"))])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+def op_dtypes(model: bytes) -> list[tuple[str, str, str]]:
+    """(op, first input dtype, output dtype) in graph order."""
+    m = read_model(model)
+    g = m.main
+    return [(m.op_name(op), g.tensors[op.inputs[0]].dtype, g.tensors[op.outputs[0]].dtype) for op in g.operators]
+
+
+def samples(n: int = 120, seed: int = 1, wide_feature: float = 1.0) -> np.ndarray:
+    x = np.random.default_rng(seed).uniform(0, 1, (n, 4, 6, 6)).astype(np.float32)
+    x[:, 0] *= wide_feature
+    return x
+
+
+@pytest.mark.parametrize("softmax", [True, False])
+def test_classifier_head_runs_in_16x8_bit_exact(tmp_path, softmax):
+    src = tmp_path / "m.onnx"
+    classifier(src, softmax)
+    x = samples()
+    kw = {"calib": x, "io_type": "float32", "use_cache": False}
+    wide = convert(src, tmp_path / "w.tflite", **kw)
+    narrow = convert(src, tmp_path / "n.tflite", target="mcu", **kw)  # int8-only firmware: int8 head
+    assert wide.ok and narrow.ok
+    ops = op_dtypes((tmp_path / "w.tflite").read_bytes())
+    fc = next(o for o in ops if o[0] == "FULLY_CONNECTED")
+    assert fc[1:] == ("int16", "int16")
+    assert next(o for o in ops if o[0] == "AVERAGE_POOL_2D")[1:] == ("int16", "int16")
+    m = read_model((tmp_path / "w.tflite").read_bytes())
+    fc_op = next(op for op in m.main.operators if m.op_name(op) == "FULLY_CONNECTED")
+    assert m.main.tensors[fc_op.inputs[2]].dtype == "int64"
+    assert ops[-1][0] == "DEQUANTIZE" and ops[-1][1] == "int16"
+    assert ("SOFTMAX", "int16", "int16") in ops if softmax else all(o[0] != "SOFTMAX" for o in ops)
+    assert wide.int16_ops.get("FULLY_CONNECTED") == 1 and "16 bits" in wide.format()
+    assert "int16" not in {d for o in op_dtypes((tmp_path / "n.tflite").read_bytes()) for d in o[1:]}
+    assert not narrow.int16_ops
+    # closer to float than the int8 head on the same ranges (the pool's int16 range holds its input's)
+    assert wide.outputs[0].sqnr_db > narrow.outputs[0].sqnr_db + 3, (wide.outputs[0].sqnr_db,
+                                                                      narrow.outputs[0].sqnr_db)
+    model = (tmp_path / "w.tflite").read_bytes()
+    for s in x[:10]:
+        compare_with_litert(model, [s[None].transpose(0, 2, 3, 1).copy()], rtol=0, atol=0)
+
+
+def test_int16_input_stage_when_one_feature_sets_the_input_range(tmp_path):
+    """Channel 0 spans 0-200, the others 0-1: int8's input step (0.8) swamps channels 1-3; the
+    int16 input stage is kept, bit-exact with LiteRT."""
+    src = tmp_path / "m.onnx"
+    classifier(src, False, wide_feature=200.0)
+    x = samples(wide_feature=200.0)
+    rep = convert(src, tmp_path / "w.tflite", calib=x, io_type="float32", use_cache=False)
+    assert rep.ok and rep.calibration["wide_input"]["kept"], rep.calibration.get("wide_input")
+    wi = rep.calibration["wide_input"]
+    assert wi["after_db"] > wi["before_db"] + 1.2
+    ops = op_dtypes((tmp_path / "w.tflite").read_bytes())
+    assert ops[0] == ("QUANTIZE", "float32", "int16")
+    assert ops[1] == ("CONV_2D", "int16", "int16") and ops[2] == ("QUANTIZE", "int16", "int8")
+    assert rep.int16_ops.get("CONV_2D") == 1
+    model = (tmp_path / "w.tflite").read_bytes()
+    for s in x[:10]:
+        compare_with_litert(model, [s[None].transpose(0, 2, 3, 1).copy()], rtol=0, atol=0)
+    # an input of even features keeps the int8 input stage; edgetpu-style targets never try it
+    classifier(src, True)
+    even = convert(src, tmp_path / "e.tflite", calib=samples(), io_type="float32", use_cache=False)
+    assert not even.calibration["wide_input"]["kept"]
+    assert op_dtypes((tmp_path / "e.tflite").read_bytes())[0] == ("QUANTIZE", "float32", "int8")
+    mcu = convert(src, tmp_path / "m.tflite", calib=x, io_type="float32", target="mcu", use_cache=False)
+    assert "wide_input" not in mcu.calibration and not mcu.int16_ops
