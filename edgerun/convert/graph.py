@@ -321,15 +321,36 @@ class Graph:
         return g
 
 
-def float_prelus(q: Graph) -> int:
-    """Run each int8 PRELU of a quantized graph in float32: DEQUANTIZE -> PRELU -> QUANTIZE, with
-    the same input/output quantization and the alpha dequantized (for XNNPACK targets).
+#: LiteRT 2.3's XNNPACK takes an int8 LEAKY_RELU when input scale / output scale is within
+#: [2^-8, 2^7] and alpha times it within [-127.99609375, 128] with magnitude at least 2^-8
+#: (measured: ``delegates/xnnpack``'s table, tests/delegates/test_xnnpack_conformance.py)
+XNNPACK_LEAKY_RATIO = (2.0 ** -8, 2.0 ** 7)
+XNNPACK_LEAKY_NEG = (-127.99609375, 128.0, 2.0 ** -8)
 
-    LiteRT 2.3's XNNPACK delegate takes PRELU only in float32 (and DEQUANTIZE / QUANTIZE in int8),
-    so each int8 PRELU cuts a partition and runs on LiteRT's slow int8 kernel: MediaPipe face
-    landmark int8 is 21 partitions, iris 38, palm detection 27. In float the three ops join the
-    partition around them (one partition each). The result differs from the int8 PRELU by at most
-    one step (float rounding vs the fixed-point multipliers). Not for full-int8 targets (EdgeTPU,
+
+def _xnnpack_leaky_ok(ratio: float, alpha: float) -> bool:
+    lo, hi = XNNPACK_LEAKY_RATIO
+    nlo, nhi, nmin = XNNPACK_LEAKY_NEG
+    neg = ratio * alpha
+    return lo <= ratio <= hi and nlo <= neg <= nhi and abs(neg) >= nmin
+
+
+def float_prelus(q: Graph) -> int:
+    """Rewrite each int8 PRELU of a quantized graph into a form LiteRT 2.3's XNNPACK delegate takes
+    (for XNNPACK targets), with the same input/output quantization:
+
+    * one alpha for every channel: an int8 LEAKY_RELU with that alpha (one pass; on a 96x96x16
+      tensor 11 us of CPU against 54 us for the float form, LiteRT 2.3 XNNPACK, one thread), when
+      XNNPACK's scale limits hold (``_xnnpack_leaky_ok``);
+    * otherwise in float32: DEQUANTIZE -> PRELU -> QUANTIZE, the alpha dequantized.
+
+    XNNPACK takes PRELU only in float32 (and DEQUANTIZE / QUANTIZE in int8), so each int8 PRELU
+    cuts a partition and runs on LiteRT's slow int8 kernel: MediaPipe face landmark int8 is 21
+    partitions, iris 38, palm detection 27. Rewritten, each is one partition. The result differs
+    from the int8 PRELU by at most one step (float rounding, or LEAKY_RELU's own multipliers, vs
+    PRELU's fixed-point ones). Per-channel int8 forms XNNPACK also takes were measured slower than
+    the float one on face landmark (1x1 DEPTHWISE_CONV_2D + ADD, MUL by a per-channel constant +
+    ADD: docs/benchmarks.md, xnnpack section). Not for full-int8 targets (EdgeTPU,
     microcontrollers). Returns the number of PRELUs rewritten.
     """
     done = 0
@@ -348,6 +369,13 @@ def float_prelus(q: Graph) -> int:
             shape[ta.quant.quantized_dimension] = -1
             sc, zp = sc.reshape(shape), zp.reshape(shape)
         alpha = ((ta.data.astype(np.float64) - zp) * sc).astype(np.float32)
+        one = np.unique(alpha)
+        qy = q.tensors[y].quant
+        if one.size == 1 and tx.quant is not None and qy is not None and _xnnpack_leaky_ok(
+                float(tx.quant.scale[0]) / float(qy.scale[0]), float(one[0])):
+            new_ops.append(Op("LEAKY_RELU", [x], [y], {"alpha": float(one[0])}, version=2, origin=op.origin))
+            done += 1
+            continue
         af = q.tensor(ta.name + "_float", alpha.shape, "float32", data=alpha)
         xf = q.tensor(tx.name + "_dequant", tx.shape, "float32")
         yf = q.tensor(q.tensors[y].name + "_float", q.tensors[y].shape, "float32")

@@ -97,3 +97,72 @@ def test_float_prelu_moves_the_result_by_at_most_one_step(converted):
     sa = [o.sqnr_db for o in converted[None][1].outputs]
     sb = [o.sqnr_db for o in converted["rpi"][1].outputs]
     assert abs(sa[0] - sb[0]) < 1.0, (sa, sb)
+
+
+def _conv_prelu_one_slope(path, slope: float):
+    """conv 3x3 (4 -> 8) -> PRelu with one slope for every channel."""
+    w1 = numpy_helper.from_array(RNG.normal(0, 0.3, (8, 4, 3, 3)).astype(np.float32), "w1")
+    s1 = numpy_helper.from_array(np.full((1,), slope, np.float32), "s1")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c1", "s1"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 12, 12])], [w1, s1])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_one_slope_prelu_becomes_int8_leaky_relu_inside_xnnpack(tmp_path):
+    """A PRELU whose alpha is one value for every channel is written as an int8 LEAKY_RELU for
+    XNNPACK targets (one pass where the float form takes three); LiteRT's XNNPACK takes it (one
+    partition), edgerun runs it bit-exactly with LiteRT's reference kernels, and the output stays
+    within one step of the int8 PRELU's. A per-channel alpha keeps the float form (above)."""
+    from edgerun import Interpreter
+    from edgerun.litert import make_interpreter
+
+    src = _conv_prelu_one_slope(tmp_path / "m.onnx", 0.25)
+    np.save(tmp_path / "calib.npy", RNG.uniform(-1, 1, (24, 4, 12, 12)).astype(np.float32))
+    out = {}
+    for target in (None, "rpi"):
+        p = tmp_path / f"{target}.tflite"
+        convert(src, p, calib=tmp_path / "calib.npy", calib_method="minmax", target=target, use_cache=False)
+        out[target] = p.read_bytes()
+    assert ("PRELU", "int8") in _ops(out[None])
+    ops = _ops(out["rpi"])
+    assert ("LEAKY_RELU", "int8") in ops and not any(o[0] == "PRELU" or o[1] == "float32" for o in ops)
+    m = read_model(out["rpi"])
+    leaky = next(op for op in m.main.operators if m.op_name(op) == "LEAKY_RELU")
+    assert leaky.options["alpha"] == pytest.approx(0.25, abs=0.01)
+    assert litert_xnnpack_partitions(out["rpi"]) == (1, 0)
+
+    x = RNG.integers(-128, 128, (1, 12, 12, 4)).astype(np.int8)
+    got = {}
+    for target, data in out.items():
+        ref = make_interpreter(data, reference=True)
+        ours = Interpreter(model_content=data)
+        for it in (ref, ours):
+            it.allocate_tensors()
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+        a = ref.get_tensor(ref.get_output_details()[0]["index"])
+        b = ours.get_tensor(ours.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(a, b)
+        got[target] = a.astype(np.int32)
+    assert np.abs(got[None] - got["rpi"]).max() <= 1
+    assert (got[None] < 0).any() and (got[None] > 0).any()  # both slopes exercised
+
+
+def test_one_slope_prelu_outside_xnnpack_limits_keeps_the_float_form():
+    """alpha 0 (a RELU: XNNPACK refuses |alpha x scale ratio| < 2^-8) keeps DEQUANTIZE -> PRELU -> QUANTIZE."""
+    from edgerun.convert.graph import Graph, float_prelus
+    from edgerun.ir import QuantParams
+
+    for alpha, want in ((0.0, "PRELU"), (0.3, "LEAKY_RELU")):
+        g = Graph()
+        x = g.tensor("x", (1, 4, 4, 8), "int8", quant=QuantParams(0.05, 3))
+        a = g.tensor("a", (1,), "int8", data=np.array([100], np.int8), quant=QuantParams(alpha / 100, 0))
+        y = g.tensor("y", (1, 4, 4, 8), "int8", quant=QuantParams(0.04, -5))
+        g.inputs, g.outputs = [x], [y]
+        g.emit("PRELU", [x, a], [y])
+        assert float_prelus(g) == 1
+        assert want in [op.op for op in g.ops]
