@@ -19,7 +19,10 @@ LiteRT's own):
   XNNPACK's broadcast runs over rows of W*C values; ``mul3`` takes min(x, 0) with a QUANTIZE to
   zero point 127);
 * ``leaky``: one LEAKY_RELU with the mean alpha: NOT the same function, a speed floor for a
-  one-pass int8 form.
+  one-pass int8 form;
+* ``float_dw``: the float island, and every int8 DEPTHWISE_CONV_2D run in float32 too (weights and
+  bias dequantized; a QUANTIZE -> DEQUANTIZE pair between two float ops dropped): not a PRELU
+  form but the test of whether XNNPACK's int8 depthwise kernel is what keeps int8 behind float.
 
 Figures: CPU time of the calling thread (LiteRT with one thread), median over interleaved
 rounds, with the interquartile range. Speed only: the rewrites' accuracy was not the question once
@@ -123,10 +126,49 @@ def _signed_range(vals: np.ndarray) -> QuantParams:
     return QuantParams(s, int(np.clip(np.round(-128 - lo / s), -128, 127)))
 
 
+def _dequantized(t) -> np.ndarray:
+    sc, zp = np.asarray(t.quant.scale, np.float64), np.asarray(t.quant.zero_point, np.float64)
+    if sc.size > 1:
+        shape = [1] * t.data.ndim
+        shape[t.quant.quantized_dimension] = -1
+        sc, zp = sc.reshape(shape), zp.reshape(shape)
+    return ((t.data.astype(np.float64) - zp) * sc).astype(np.float32)
+
+
+def float_depthwise(q: Graph) -> int:
+    """Every int8 DEPTHWISE_CONV_2D as DEQUANTIZE -> float32 DEPTHWISE_CONV_2D -> QUANTIZE, then
+    DEQUANTIZE(QUANTIZE(f)) -> f; returns how many layers."""
+    new, done = [], 0
+    for op in q.ops:
+        if op.op != "DEPTHWISE_CONV_2D" or q.tensors[op.inputs[0]].dtype != "int8" or len(op.inputs) < 3:
+            new.append(op)
+            continue
+        x, w, b = op.inputs[:3]
+        y = op.outputs[0]
+        tx, ty = q.tensors[x], q.tensors[y]
+        wf = q.tensor(q.tensors[w].name + "_f", q.tensors[w].shape, "float32", data=_dequantized(q.tensors[w]))
+        bf = q.tensor(q.tensors[b].name + "_f", q.tensors[b].shape, "float32", data=_dequantized(q.tensors[b]))
+        xf, yf = q.tensor(tx.name + "_dq", tx.shape), q.tensor(ty.name + "_f", ty.shape)
+        new += [Op("DEQUANTIZE", [x], [xf], version=2), Op("DEPTHWISE_CONV_2D", [xf, wf, bf], [yf], dict(op.options)),
+                Op("QUANTIZE", [yf], [y])]
+        done += 1
+    q.ops = new
+    producers = q.producers()
+    for op in q.ops:
+        p = producers.get(op.inputs[0]) if op.op == "DEQUANTIZE" else None
+        if p is not None and q.ops[p].op == "QUANTIZE" and q.tensors[q.ops[p].inputs[0]].dtype == "float32":
+            q.replace_uses(op.outputs[0], q.ops[p].inputs[0])
+    q.prune()
+    return done
+
+
 def rewrite(q: Graph, form: str) -> int:
     """Rewrite every int8 PRELU of ``q`` into ``form``; returns how many."""
-    if form == "float":
-        return float_prelus(q)
+    if form in ("float", "float_dw"):
+        n = float_prelus(q)
+        if form == "float_dw":
+            float_depthwise(q)
+        return n
     new, done = [], 0
     for op in q.ops:
         if op.op != "PRELU" or q.tensors[op.inputs[0]].dtype != "int8":
@@ -166,7 +208,7 @@ def rewrite(q: Graph, form: str) -> int:
     return done
 
 
-FORMS = ("float", "dw2", "dw3", "mul2", "mul3", "leaky")
+FORMS = ("float", "dw2", "dw3", "mul2", "mul3", "leaky", "float_dw")
 
 
 def model_main(name: str, rounds: int) -> None:
