@@ -483,6 +483,10 @@ class Conv2D(BoundOutput, Kernel):
         else:
             wm = np.asarray(wdata, np.float32).reshape(g, og, kh * kw * ci).transpose(0, 2, 1)
             self.wmats = [np.ascontiguousarray(wm[i]) for i in range(g)]
+            if g == 1 and not self.quantized:
+                # a folded float filter (fp16 weights dequantized during prepare) stays only as
+                # this (K, O) copy: the tensor's value becomes its transposed view
+                ctx.relayout_const(1, self.wmats[0].T.reshape(o, kh, kw, ci))
         self.pointwise = kh == kw == 1 and sh == sw == 1 and not (pt or pb or pl or pr)
         self._view = (None, None)  # (padded input, its im2col view)
         if self.quantized:
@@ -779,6 +783,8 @@ class DepthwiseConv2D(BoundOutput, Kernel):
 
     #: bytes of the float accumulator (and of its product temporary) per block of output rows
     ACC_BYTES = 1 << 19
+    #: float32 tap weights are tiled to at least this many values (a divisor of OW times C)
+    FLOAT_TILE_VALUES = 4096
     #: accumulators requantized per call (several einsum blocks when they are small)
     ACC_VALUES = 1 << 16
 
@@ -823,12 +829,11 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         self.strides = (sh, sw)
         hp, wp = h + pt + pb, w + pl + pr
         wf = np.asarray(wdata, dtype).reshape(kh, kw, oc)
-        # Tap weights are tiled along OW so that the products run long inner loops: float32 over
-        # the whole row; int8 (row blocks viewed as (rows, OW / tw, tw, C)) only tw times, the
-        # least divisor of OW giving >= 512 values, which keeps the copies small
-        self.tw = ow
-        if self.quantized:
-            self.tw = next((t for t in range(1, ow + 1) if ow % t == 0 and t * oc >= 512), ow)
+        # Tap weights are tiled along OW so that the products run long inner loops: rows viewed
+        # as (OW / tw, tw * C), tw the least divisor of OW giving >= 512 values (int8) or
+        # FLOAT_TILE_VALUES (float32), which keeps the tiled copies small
+        self.tw = next((t for t in range(1, ow + 1) if ow % t == 0
+                        and t * oc >= (512 if self.quantized else self.FLOAT_TILE_VALUES)), ow)
         self._taps = None  # built on first use by the tap loop (see _tap_list)
         self.planes = {}  # stride phase -> its shape (the data lives in scratch buffers)
         if (sh, sw) != (1, 1):
@@ -1073,13 +1078,13 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                             acc += tmp
                     self.requant(acc.reshape(rows, ow, oc), self.bias, out=out[b, y0:y0 + rows])
             return [out]
-        shape = (n, oh, ow * oc)
+        shape = (n, oh, ow // self.tw, self.tw * oc)
         # float32 output: the sum is returned, so it gets its own array
         acc = np.empty(shape, self.acc_dtype)
         tmp = scratch("dw.tmp", shape, self.acc_dtype)
         for i, (phase, y0, x0, wt) in enumerate(self._tap_list()):
             src = planes[phase] if planes else xp
-            xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(n, oh, ow * oc)
+            xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(shape)
             if i == 0:
                 np.multiply(xs, wt, out=acc)
             else:

@@ -82,6 +82,16 @@ class NodeContext:
             return self.known[idx]
         return self.model.tensor_data(self.graph.tensors[idx])
 
+    def relayout_const(self, i: int, value: np.ndarray) -> None:
+        """Let input ``i``'s folded value (an array computed during prepare, e.g. a DEQUANTIZE
+        of fp16 weights) be ``value`` instead: the same numbers in the layout the kernel keeps
+        (a view of its own copy), so the interpreter does not hold the weights twice. A constant
+        read from the model buffer is left alone."""
+        idx = self.op.inputs[i]
+        old = self.known.get(idx)
+        if old is not None and old.shape == value.shape and old.dtype == value.dtype:
+            self.known[idx] = value
+
     def fail(self, detail: str) -> UnsupportedOpError:
         """The error for a node edgerun's kernels cannot run (the interpreter adds the delegates
         that could)."""

@@ -243,6 +243,14 @@ class SubgraphRunner:
         for i, t in enumerate(g.tensors):
             if t.is_variable:
                 self.values[i] = np.zeros(self.shapes[i], t.np_dtype)
+        if not self.interp._preserve_all:
+            # a value folded during prepare that no step reads and no output is (fp16 weights
+            # densified, then dequantized: the float32 copy is the one kept) is an intermediate
+            # like any other: freed, not held beside what was computed from it
+            read = {i for st in self.steps for i in st.inputs} | set(g.outputs)
+            produced = {o for op in g.operators for o in op.outputs}
+            for i in [i for i in self.known if i in produced and i not in read]:
+                del self.known[i]
         for i, v in self.known.items():
             self.values[i] = v
 
