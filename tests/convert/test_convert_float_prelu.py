@@ -166,3 +166,20 @@ def test_one_slope_prelu_outside_xnnpack_limits_keeps_the_float_form():
         g.emit("PRELU", [x, a], [y])
         assert float_prelus(g) == 1
         assert want in [op.op for op in g.ops]
+
+
+@pytest.mark.parametrize("ratio,alpha", [(1.0, 0.25), (1.0, -0.5), (2.0, 0.001), (1.0, 0.003), (300.0, 0.2),
+                                         (0.003, 0.5), (2.0, 70.0), (0.5, 200.0)])
+def test_leaky_limits_agree_with_litert_xnnpack(ratio, alpha):
+    """The converter's LEAKY_RELU limits (``_xnnpack_leaky_ok``) say what LiteRT 2.3's XNNPACK itself
+    does with an int8 LEAKY_RELU of that input/output scale ratio and alpha (one partition, or none)."""
+    from edgerun.convert.graph import Graph, Op, _xnnpack_leaky_ok
+    from edgerun.ir import QuantParams
+
+    g = Graph()
+    x = g.tensor("x", (1, 4, 4, 8), "int8", quant=QuantParams(0.05 * ratio, 3))
+    y = g.tensor("y", (1, 4, 4, 8), "int8", quant=QuantParams(0.05, -5))
+    g.inputs, g.outputs = [x], [y]
+    g.ops.append(Op("LEAKY_RELU", [x], [y], {"alpha": alpha}, version=2))
+    parts, _ = litert_xnnpack_partitions(g.to_bytes())
+    assert _xnnpack_leaky_ok(ratio, alpha) == (parts == 1)
