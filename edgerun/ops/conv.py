@@ -266,7 +266,7 @@ def _f64_requant(requant, acc: np.ndarray, bias, out: np.ndarray, width: int | N
 #: float64 passes gain 5-19 us for 576 KB more a layer, at 36864 they lose (41 us: the constants
 #: leave the cache); float64 passes over constants tiled to (rows, F64_WIDTH) cost about twice
 #: a 1-D pass
-F64_FULL_BYTES = 256 * 1024
+F64_FULL_BYTES = 128 * 1024
 #: ... and in plans whose activation arena is at most SMALL_ARENA_BYTES (MLPerf Tiny, keyword
 #: spotters: LiteRT's own fixed ~9 MB dwarfs their tensors, so the memory is there), up to
 #: 640 KB a layer (was 320 KB; 640 since the RELU layers' passes lost the sign term's array:
@@ -451,7 +451,7 @@ class Conv2D(BoundOutput, Kernel):
     """
 
     #: bytes of float32 im2col columns, and of float32 accumulators, per GEMM
-    COLS_BYTES = 1 << 19
+    COLS_BYTES = 1 << 18
     #: accumulators requantized per call (several GEMM blocks when they are small)
     ACC_VALUES = 1 << 16
 
@@ -880,14 +880,62 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     #: fewer channels make einsum's inner loop too short, so the tap loop stays
     COLS_MIN_CHANNELS = 16
 
+    #: int8 layers with at least this many channels (or SLAB_MIN_CHANNELS_5X5 and 25 or more
+    #: taps) sum their taps with one einsum over the window view of a float copy of the padded
+    #: input rows a block needs, instead of copying the (taps times larger) window columns first:
+    #: hand landmark's 28x28x144 5x5 0.90 -> 0.62 ms, 14x14x384 5x5 0.58 -> 0.33 ms, 28x28x128
+    #: 3x3 0.33 -> 0.28 ms; with fewer channels einsum's strided reads lose (112x112x24 3x3:
+    #: 1.48 -> 2.51 ms, 56x56x96 3x3 even)
+    SLAB_MIN_CHANNELS = 128
+    SLAB_MIN_CHANNELS_5X5 = 96
+    #: accumulator bytes, and float input rows' bytes, per block of output rows on that path
+    #: (a layer whose one output row needs more input bytes stays on the column path)
+    SLAB_ACC_BYTES = 1 << 17
+    SLAB_BYTES = 1 << 18
+
+    def _slab_rows(self, wp: int) -> int:
+        """Output rows per block of the einsum-over-input-rows path (0: the path is not taken)."""
+        kh, kw, sh, _, dh, _, oh, ow = self.geom
+        oc = self.out_shape[3]
+        if not (oc >= self.SLAB_MIN_CHANNELS or (oc >= self.SLAB_MIN_CHANNELS_5X5 and kh * kw >= 25)):
+            return 0
+        size = np.dtype(self.dtype).itemsize
+        row_in = wp * oc * size
+        bh = min(oh, max(1, self.SLAB_ACC_BYTES // (size * ow * oc)),
+                 (self.SLAB_BYTES // row_in - (kh - 1) * dh - 1) // sh + 1)
+        return max(bh, 0)
+
+    def _eval_int8_slabs(self, xp: np.ndarray, out: np.ndarray, bh: int) -> np.ndarray:
+        kh, kw, sh, sw, dh, dw, oh, ow = self.geom
+        n, _, _, oc = self.out_shape
+        wp = xp.shape[2]
+        dt = self.dtype
+        for b in range(n):
+            for y0 in range(0, oh, bh):
+                r = min(bh, oh - y0)
+                rows_in = (r - 1) * sh + (kh - 1) * dh + 1
+                slab = scratch("dw.slab", (rows_in, wp, oc), dt)
+                np.copyto(slab, xp[b, y0 * sh:y0 * sh + rows_in], casting="unsafe")
+                t0, t1, t2 = slab.strides
+                view = as_strided(slab, (r, ow, kh, kw, oc), (t0 * sh, t1 * sw, t0 * dh, t1 * dw, t2),
+                                  writeable=False)
+                acc = scratch("dw.acc", (r, ow, oc), dt)
+                # integer products and sums, exact in dt (see prepare): any summation order
+                np.einsum("yxijc,ijc->yxc", view, self.wf, out=acc)
+                self.requant(acc.reshape(r * ow, oc), self.bias, out=out[b, y0:y0 + r].reshape(r * ow, oc))
+        return out
+
     def _eval_int8_cols(self, xp: np.ndarray, x: np.ndarray) -> np.ndarray:
         kh, kw, _, _, _, _, oh, ow = self.geom
         n, _, _, oc = self.out_shape
         out = self._out
         if out is None or out.shape != self.out_shape:
             out = np.empty(self.out_shape, np.int8)
-        view = self._windows(xp, x)  # (N, OH, OW, KH, KW, C)
         taps = kh * kw
+        bh = self._slab_rows(xp.shape[2])
+        if bh:
+            return self._eval_int8_slabs(xp, out, bh)
+        view = self._windows(xp, x)  # (N, OH, OW, KH, KW, C)
         wf = self.wf.reshape(taps, oc)
         bh = max(1, self.ACC_BYTES // (np.dtype(self.dtype).itemsize * ow * taps * oc))  # rows per einsum
         rq = max(bh, self.ACC_VALUES // (ow * oc) // bh * bh)  # rows per requantization

@@ -467,3 +467,30 @@ def test_vww_like_layers_with_tiny_channels_match_litert(monkeypatch, op, act):
     k = kernels[-1]
     consts = k.requant.f64_consts(k.bias, 128)
     assert consts is not None and len(consts) == 5
+
+
+@pytest.mark.parametrize("shape,dm,kernel,stride,dilation", [
+    ((1, 20, 22, 128), 1, 3, (1, 1), (1, 1)),   # 3x3 with many channels
+    ((1, 31, 29, 96), 1, 5, (2, 2), (1, 1)),    # 5x5 strided, 96 channels
+    ((1, 16, 18, 144), 1, 3, (1, 1), (2, 2)),   # dilated
+    ((2, 12, 12, 128), 1, 5, (1, 2), (1, 1)),   # batch 2, stride in columns only
+    ((1, 20, 20, 64), 2, 3, (1, 1), (1, 1)),    # depth multiplier 2: 128 output channels
+])
+@pytest.mark.parametrize("act", [0, RELU6])
+def test_depthwise_many_channels_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm, kernel, stride,
+                                                                      dilation, act):
+    """int8 depthwise layers with many channels sum their taps with one einsum over the window
+    view of float input rows (``_eval_int8_slabs``), in blocks of output rows (forced small
+    here: several blocks, partial last block): bit-exact with LiteRT over several invokes."""
+    from edgerun.ops.conv import DepthwiseConv2D
+
+    blocks = []
+    orig = DepthwiseConv2D._eval_int8_slabs
+    monkeypatch.setattr(DepthwiseConv2D, "_eval_int8_slabs",
+                        lambda self, xp, out, bh: blocks.append(bh) or orig(self, xp, out, bh))
+    monkeypatch.setattr(DepthwiseConv2D, "compile", lambda self, ins, outs: None)  # eval's path
+    monkeypatch.setattr(DepthwiseConv2D, "SLAB_ACC_BYTES", 4 * 2 * 6 * 128)  # 1-2 output rows a block
+    spec = dw_spec(shape, dm, kernel, kernel, stride=stride, dilation=dilation, seed=kernel + dm)
+    for seed in range(2):
+        spec.run_int8(seed=seed, act=act)
+    assert blocks and all(0 < b < shape[1] for b in blocks)
