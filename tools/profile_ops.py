@@ -46,6 +46,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--unfused", action="store_true",
                     help="keep every step (experimental_preserve_all_tensors): no composed table chains")
+    ap.add_argument("--requant", action="store_true",
+                    help="also time the int8 requantization of the convolution / fully-connected layers "
+                         "that run their eval path (bound calls keep their own requantization: not counted)")
     args = ap.parse_args()
 
     import numpy as np
@@ -83,7 +86,51 @@ def main() -> int:
         it.invoke()
     for op, total in sorted(it.profile.items(), key=lambda kv: -kv[1]):
         print(f"  {op:24s} {total / args.runs * 1e3:8.3f} ms")
+    if args.requant:
+        _requant_share(it, args.runs)
     return 0
+
+
+class _TimedRequant:
+    """A kernel's requantizer with the time of its calls added up."""
+
+    def __init__(self, inner):
+        self.inner, self.seconds, self.values = inner, 0.0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, acc, *args, **kwargs):
+        t0 = time.perf_counter()
+        res = self.inner(acc, *args, **kwargs)
+        self.seconds += time.perf_counter() - t0
+        self.values += acc.size
+        return res
+
+
+def _requant_share(it, runs: int) -> None:
+    """Milliseconds per invoke spent requantizing the accumulators of the CONV_2D,
+    DEPTHWISE_CONV_2D and FULLY_CONNECTED layers that run eval (int8 -> float32 columns, float
+    GEMM / einsum, then this), against those layers' whole time."""
+    r = it._runner(0)
+    timed = {}
+    for st in r.steps:
+        k = st.kernel
+        rq = getattr(k, "requant", None) if st.name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") else None
+        if rq is not None and st.dtype == "int8":
+            k.requant = _TimedRequant(rq)
+            timed.setdefault(st.name, []).append(k.requant)
+    it.set_profiling(False)
+    it.set_profiling(True)
+    for _ in range(runs):
+        it.invoke()
+    for op, items in sorted(timed.items()):
+        sec = sum(t.seconds for t in items)
+        vals = sum(t.values for t in items)
+        total = it.profile.get(op, 0.0)
+        per = sec / runs * 1e3
+        print(f"  {op:24s} requantization {per:8.3f} ms of {total / runs * 1e3:.3f} ms "
+              f"({vals // max(runs, 1):,} values per invoke, {sec / max(vals, 1) * 1e9:.2f} ns a value)")
 
 
 if __name__ == "__main__":

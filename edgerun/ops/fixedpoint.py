@@ -401,7 +401,7 @@ def _requant_bounded_class():
                         mode = "signed"
                         consts = (mu.astype(np.float32), (c0 - delta / 2 + err).astype(np.float32),
                                   f32_up(d), m2, right, b, b.astype(np.float32),
-                                  (delta / 2).astype(np.float32).view(np.int32))
+                                  (delta / 2).astype(np.float32).view(np.int32), (c0 + err).astype(np.float32))
             if len(self._fast) > 16:
                 self._fast.clear()
             entry = self._fast[key] = (bias, mode, consts, {})
@@ -638,7 +638,13 @@ def _requant_bounded_class():
             m2, right, b = consts[3:6]  # int64, per channel: only the fix-up reads them
             signed = mode == "signed"
             if signed:
-                b32, half = tiled[3:]
+                b32, half, cc_pos = tiled[3:]
+                # qmin >= zero point (a fused RELU / RELU6): results of x < 0 clamp to qmin
+                # either way (x*mu + c0 < zp + 129 for x <= -1), so the sign term, which only
+                # lowers them, is left out: a = x*mu + (c0 + E) for every x; a value whose
+                # floor the rounding could move (within D = 2E of a step) is recomputed in int64
+                # as before. Three passes fewer.
+                unsigned = self.qmin >= self.zero_point
             a2 = acc.reshape(-1, w)
             u2 = out.reshape(-1, w).view(np.uint8)
             lo = np.float32(self.qmin + 128 + self.C_OFF)
@@ -649,7 +655,11 @@ def _requant_bounded_class():
                 xa = a2[r0:r0 + step]
                 u = u2[r0:r0 + step]
                 t = scratch("requant.f32", xa.shape, np.float32)
-                if signed:
+                if signed and unsigned:
+                    np.add(xa, b32, out=t)  # exact (|x| < 2^24)
+                    np.multiply(t, mu, out=t)
+                    np.add(t, cc_pos, out=t)
+                elif signed:
                     np.add(xa, b32, out=t)  # exact (|x| < 2^24); +0.0 for x == 0
                     # copysign(delta/2, x) by bits (numpy's copysign is a slow scalar loop)
                     sg = scratch("requant.sign", xa.shape, np.int32)
@@ -658,9 +668,10 @@ def _requant_bounded_class():
                     sg = sg.view(np.float32)
                     np.multiply(t, mu, out=t)
                     np.add(t, sg, out=t)
+                    np.add(t, cc, out=t)
                 else:
                     np.multiply(xa, mu, out=t)
-                np.add(t, cc, out=t)
+                    np.add(t, cc, out=t)
                 clip_ufunc(t, lo, hi, out=t)
                 np.copyto(u, t, casting="unsafe")  # t >= 0: the cast truncates = floor
                 np.subtract(t, d, out=t)
