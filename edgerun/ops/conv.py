@@ -522,7 +522,7 @@ class Conv2D(BoundOutput, Kernel):
     #: float32 copies of int8 filters up to this size are kept (fast small layers); larger ones
     #: are widened per eval from the int8 model buffer into bounded scratch, in blocks of
     #: output channels of about ``WIDEN_BYTES``
-    KEEP_FLOAT_BYTES = 128 * 1024
+    KEEP_FLOAT_BYTES = 64 * 1024
     WIDEN_BYTES = 1 << 19
     #: ... but only when the layer has this many output pixels: the widening (about 0.4 ns a
     #: weight) then costs at most about half of the GEMM it feeds; with fewer pixels (a GEMV
@@ -782,7 +782,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     """
 
     #: bytes of the float accumulator (and of its product temporary) per block of output rows
-    ACC_BYTES = 1 << 19
+    ACC_BYTES = 1 << 18
     #: float32 tap weights are tiled to at least this many values (a divisor of OW times C)
     FLOAT_TILE_VALUES = 4096
     #: accumulators requantized per call (several einsum blocks when they are small)
