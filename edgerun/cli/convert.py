@@ -59,9 +59,10 @@ def convert_cli(
     scale: float = SCALE_OPT,
     channel_order: str = CHANNEL_ORDER_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Recalibrate even if cached ranges exist."),
-    optimize: bool = typer.Option(False, "--optimize", help="Learn each layer's weight rounding (up or down "
+    optimize: bool | None = typer.Option(None, "--optimize/--no-optimize", help="Learn each layer's weight rounding (up or down "
                                   "per weight, AdaRound) on the calibration data; kept only if the int8 "
-                                  "error falls."),
+                                  "error falls. Default: on for small models (MLPerf Tiny size) with "
+                                  "--calib-method auto, bounded by steps, not time."),
     optimize_seconds: float = typer.Option(60.0, "--optimize-seconds", min=0.0, help="Time budget of "
                                            "--optimize in seconds."),
     equalize: bool = typer.Option(True, "--equalize/--no-equalize", help="Try cross-layer equalization "

@@ -44,6 +44,36 @@ SAMPLES = 64
 MAX_K = 4608
 #: the default time budget in seconds (the CLI's --optimize-seconds)
 SECONDS = 60.0
+#: ``auto`` conversions run AdaRound without being asked (``optimize=None``) when the model is
+#: small enough for it to be cheap and deterministic (a step count, no clock): float work
+#: (:func:`edgerun.convert.ranges.float_work`) up to DEFAULT_FLOAT_WORK and learning work
+#: (:func:`work`) up to DEFAULT_WORK. MLPerf Tiny (ic 12.5 M / 15 G, vww 7.5 M / 16 G, kws 2.7 M /
+#: 0.6 G, ad 0.3 M / 38 G), the digits CNN and PaddleOCR's text-direction classifier (18 M / 5 G)
+#: qualify; MediaPipe face detection (31.6 M), palm / pose detection and PP-OCR's detector do not
+DEFAULT_FLOAT_WORK = 20e6
+DEFAULT_WORK = 40e9
+
+
+def work(g) -> float:
+    """Multiply-accumulates of learning every layer's rounding for MAX_STEPS steps: each step
+    multiplies the weight error (O x K) by X^T X (K x K; depthwise: per channel)."""
+    total = 0.0
+    for _, op, _ in _layers(g):
+        w = g.tensors[op.inputs[1]].data
+        if op.op == "DEPTHWISE_CONV_2D":
+            k = w.shape[1] * w.shape[2]
+            total += float(k * k * w.shape[3])
+        else:
+            k = int(np.prod(w.shape[1:]))
+            total += float(k * k * w.shape[0])
+    return total * MAX_STEPS
+
+
+def default_on(g) -> bool:
+    """Whether ``auto`` runs AdaRound unasked on ``g`` (DEFAULT_FLOAT_WORK, DEFAULT_WORK)."""
+    from edgerun.convert.ranges import float_work
+
+    return float_work(g) <= DEFAULT_FLOAT_WORK and 0 < work(g) <= DEFAULT_WORK
 
 
 def _layers(g):
@@ -159,6 +189,36 @@ def _h(V):
     return np.clip(1.0 / (1.0 + np.exp(-V)) * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
 
 
+#: per-channel clipping tried before learning the rounding: scales ``alpha * max|w_c| / 127`` for
+#: alpha in 1, 1 - CLIP_STEP, ... (CLIP_STEPS + 1 values), each channel taking the one whose
+#: nearest rounding gives the least output error ``d X^T X d^T`` (min/max unless another is lower)
+CLIP_STEPS = 20
+CLIP_STEP = 0.01
+
+
+def _row_error(layer: _Layer, D: np.ndarray) -> np.ndarray:
+    """Per output channel, the squared output error ``d X^T X d^T`` of weight error rows D."""
+    G = np.einsum("okl,ol->ok", layer.xtx[layer.ch], D) if layer.dw else D @ layer.xtx
+    return np.sum(G * D, axis=1)
+
+
+def output_scales(layer: _Layer, scale: np.ndarray) -> np.ndarray:
+    """Per-channel weight scales chosen by the layer's output error on the calibration inputs
+    (CLIP_STEPS), starting from the min/max ``scale``. A channel's largest weights then clip to
+    +-127, so ``weight_params`` re-derives the chosen scale from the weights written back."""
+    W = layer.W
+    s0 = scale.astype(np.float64)
+    best_s = s0.copy()
+    best = _row_error(layer, np.clip(np.round(W / s0[:, None]), -127, 127) * s0[:, None] - W)
+    for k in range(1, CLIP_STEPS + 1):
+        s = s0 * (1.0 - k * CLIP_STEP)
+        e = _row_error(layer, np.clip(np.round(W / s[:, None]), -127, 127) * s[:, None] - W)
+        better = e < best * (1.0 - 1e-9)
+        best = np.where(better, e, best)
+        best_s = np.where(better, s, best_s)
+    return best_s.astype(np.float32)
+
+
 def learn_rounding(layer: _Layer, scale: np.ndarray, deadline: float, steps: int | None = None) -> tuple[np.ndarray, dict]:
     """Learned integer weights (rows as layer.W) and what happened; nearest rounding when not better.
     Stops at ``steps`` (MAX_STEPS) or at ``deadline`` (perf_counter), the annealing following whichever is nearer."""
@@ -205,9 +265,10 @@ def learn_rounding(layer: _Layer, scale: np.ndarray, deadline: float, steps: int
     return (q if e < e_near else near), info
 
 
-def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS, samples: int = SAMPLES,
+def optimize(g, float_bytes: bytes, source, indices, *, seconds: float | None = SECONDS, samples: int = SAMPLES,
              bias_corrected: bool = False, progress=None) -> dict:
-    """Learn the rounding of ``g``'s layers in place, within ``seconds``; returns a summary.
+    """Learn the rounding of ``g``'s layers in place, within ``seconds`` (None: MAX_STEPS a layer,
+    no clock, so the same inputs give the same weights); returns a summary.
     ``progress(done, total)`` after each layer."""
     from edgerun.convert.quantize import weight_params
     from edgerun.litert import make_interpreter
@@ -241,7 +302,7 @@ def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS
     gains = []
     for n_done, (_, op, rule) in enumerate(layers):
         now = time.perf_counter()
-        left = seconds - (now - t0)
+        left = np.inf if seconds is None else seconds - (now - t0)
         if left <= 0:
             info["skipped_time"] += len(layers) - n_done
             break
@@ -252,17 +313,19 @@ def optimize(g, float_bytes: bytes, source, indices, *, seconds: float = SECONDS
         w = wt.data
         in_ch = st.in_ch
         xtx, _, mean = st.result()
-        scale, q0 = weight_params(w, rule.weight_axis)
+        scale0, q0 = weight_params(w, rule.weight_axis)
         layer = _Layer(op, w, xtx, in_ch)
+        scale = output_scales(layer, scale0) if CLIP_STEPS else scale0
         q, li = learn_rounding(layer, scale, now + left / (len(layers) - n_done))
         if np.array_equal(q, _flat(q0.astype(np.float64), op)):
             continue
         s = scale.astype(np.float64).reshape(-1, 1)
+        s0 = scale0.astype(np.float64).reshape(-1, 1)
         new = _unflat(q * s, w, op).astype(w.dtype)
         if bias_corrected and len(op.inputs) > 2 and op.inputs[2] >= 0 and g.tensors[op.inputs[2]].data is not None:
             # the bias holds b - (deq(nearest) - W) . E[x]; move it to the learned rounding's shift
             bt = g.tensors[op.inputs[2]]
-            old_d = _flat(q0.astype(np.float64), op) * s - layer.W
+            old_d = _flat(q0.astype(np.float64), op) * s0 - layer.W
             new_d = q * s - layer.W
             if op.op == "DEPTHWISE_CONV_2D":
                 mvec = mean.reshape(-1, in_ch)[:, layer.ch].T  # [C*mult, KH*KW]

@@ -306,7 +306,7 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     return g2, fb2, r2
 
 
-def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float, progress,
+def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float | None, progress,
                  rep: ConversionReport, activations: str = "int8"):
     """AdaRound (:mod:`edgerun.convert.adaround`) on a copy of ``g``; returns the graph whose int8
     model has the lower error on the calibration samples. The rounding is learned on every other
@@ -331,6 +331,7 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
         info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
         info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
         info["kept"] = e2 < e1
+    info["budget"] = "steps" if seconds is None else f"{seconds:g} s"
     rep.calibration["optimize"] = info
     return g2 if info["kept"] else g
 
@@ -702,7 +703,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
             holdout: float = 0.2, max_eval: int = 200, batch_size: int = 16, progress=None,
             eval_progress=None, use_cache: bool = True, max_float_layers: int = 8,
             percentile: float = 99.99, validate: bool = True, equalize: bool = True,
-            activations: str = "int8", optimize: bool = False, optimize_seconds: float = 60.0,
+            activations: str = "int8", optimize: bool | None = None, optimize_seconds: float = 60.0,
             optimize_progress=None) -> ConversionReport:
     """Convert ``model_path`` (.onnx or float .tflite) and write ``out_path``; returns the report.
 
@@ -718,7 +719,9 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     equalize: try cross-layer equalization (depthwise-separable chains through ReLU or no
     activation) and keep it when the int8 model's error on calibration samples falls.
     optimize: learn each layer's weight rounding (:mod:`edgerun.convert.adaround`) within
-    ``optimize_seconds``, kept when the int8 model's error on calibration samples falls;
+    ``optimize_seconds``, kept when the int8 model's error on calibration samples falls; None
+    (default): on for ``auto`` conversions of models small enough
+    (:func:`edgerun.convert.adaround.default_on`), then bounded by a step count, not a clock;
     optimize_progress: ``cb(layers done, layers)``.
     """
     from edgerun.convert import calibrate as cal
@@ -807,9 +810,14 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
         g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
                                                   percentile, batch_size, use_cache, rep, activations)
     timings["calibrate"] = time.perf_counter() - t1
+    seconds = optimize_seconds
+    if optimize is None:  # auto: on for small models, deterministic (steps, no clock)
+        from edgerun.convert import adaround
+
+        optimize, seconds = calib_method == "auto" and adaround.default_on(g), None
     if optimize:  # learned weight rounding, kept when the int8 model's error falls
         t1 = time.perf_counter()
-        g = try_optimize(g, ranges, float_bytes, source, calib_idx, optimize_seconds, optimize_progress, rep,
+        g = try_optimize(g, ranges, float_bytes, source, calib_idx, seconds, optimize_progress, rep,
                          activations)
         timings["optimize"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g, activations=activations))]
