@@ -24,13 +24,29 @@ class LiteRtKernel(DelegateKernel):
         self.interp.allocate_tensors()
         self._in = [d["index"] for d in self.interp.get_input_details()]
         self._out = [d["index"] for d in self.interp.get_output_details()]
+        # One invoke on zeros first: anything LiteRT or a delegate sets up lazily happens now,
+        # after which the tensors' memory stays put (static shapes: nothing reallocates it).
+        for d in self.interp.get_input_details():
+            self.interp.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
+        self.interp.invoke()
+        # Views of LiteRT's input and output memory. Holding them makes LiteRT's invoke() refuse
+        # (it cannot know the shapes never change), so invoke() calls the wrapped Invoke directly.
+        self._in_views = [self.interp.tensor(i)() for i in self._in]
+        self._out_views = [self.interp.tensor(i)() for i in self._out]
+        self._invoke = self.interp._interpreter.Invoke
+
+    def input_buffer(self, k: int) -> np.ndarray:
+        return self._in_views[k]
+
+    def output_buffer(self, k: int) -> np.ndarray:
+        return self._out_views[k]
 
     def invoke(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        it = self.interp
-        for idx, x in zip(self._in, inputs):
-            it.set_tensor(idx, x)
-        it.invoke()
-        return [it.get_tensor(i) for i in self._out]
+        for view, x in zip(self._in_views, inputs):
+            if x is not view:
+                np.copyto(view, x, casting="no")
+        self._invoke()
+        return self._out_views
 
     def close(self) -> None:
         self.interp = None

@@ -314,6 +314,17 @@ class DelegateKernel:
     def invoke(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def input_buffer(self, k: int) -> np.ndarray | None:
+        """A writable array ``invoke`` reads input ``k`` from when it is passed that very array
+        (the runtime's own input memory), or None. The interpreter may then keep the tensor there,
+        so the partition edge costs no copy (``edgerun.runtime.partition.external_buffers``)."""
+        return None
+
+    def output_buffer(self, k: int) -> np.ndarray | None:
+        """The array ``invoke`` returns as output ``k`` on every call (the runtime's own output
+        memory, valid until the next invoke), or None when outputs are fresh arrays."""
+        return None
+
     def close(self) -> None:
         """Release the runtime (optional)."""
 

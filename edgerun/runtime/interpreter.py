@@ -20,7 +20,7 @@ import numpy as np
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model
 from edgerun.ops.registry import REGISTRY, NodeContext, OpDef, lookup, node_scratch
-from edgerun.runtime import budget, plan, planner
+from edgerun.runtime import budget, partition, plan, planner
 from edgerun.runtime.steps import Step
 from edgerun.schema.reader import read_model, read_model_file
 
@@ -220,11 +220,14 @@ class SubgraphRunner:
                                  skip=self.known, keep=keep)
         if self.interp._preserve_all:
             life = {k: (first, len(self.steps)) for k, (first, _) in life.items()}
+        # partition edges a delegate's runtime holds itself (LiteRT's own input/output buffers):
+        # the tensor lives there, not in the arena, and no copy is made at the edge
+        external = partition.external_buffers(self)
         bufs = []
         for i, (first, last) in life.items():
             t = g.tensors[i]
             dt = t.np_dtype
-            if dt is None or t.is_variable:
+            if dt is None or t.is_variable or i in external:
                 continue
             size = int(np.prod(_checked_shape(t, self.shapes[i]), dtype=np.int64)) * dt.itemsize
             bufs.append(planner.Buffer(i, size, first, last))
@@ -243,6 +246,8 @@ class SubgraphRunner:
         for i, t in enumerate(g.tensors):
             if t.is_variable:
                 self.values[i] = np.zeros(self.shapes[i], t.np_dtype)
+        for i, v in external.items():
+            self.values[i] = v
         if not self.interp._preserve_all:
             # a value folded during prepare that no step reads and no output is (fp16 weights
             # densified, then dequantized: the float32 copy is the one kept) is an intermediate

@@ -344,6 +344,45 @@ def partition_fn(kernel, part: Partition):
     return run
 
 
+def external_buffers(runner) -> dict[int, np.ndarray]:
+    """Tensors at a partition's edge that can live in the delegate runtime's own buffers.
+
+    A kernel offering ``input_buffer(k)`` / ``output_buffer(k)`` (LiteRT's tensor memory) gets
+    the tensor bound there instead of in the arena, so the edge costs no copy: ``set_tensor``
+    writes a graph input straight into LiteRT's input, and a partition output is read where
+    LiteRT left it. Only edges without a dtype conversion qualify, and a graph input only when
+    the partition is its sole reader (another step must not see LiteRT's buffer change under
+    it); the buffer's shape and dtype must be the tensor's.
+    """
+    g = runner.graph
+    readers: dict[int, int] = {}
+    for st in runner.steps:
+        for i in set(st.inputs):
+            if i >= 0:
+                readers[i] = readers.get(i, 0) + 1
+    graph_inputs = set(g.inputs)
+    out: dict[int, np.ndarray] = {}
+    for st in runner.steps:
+        kernel = st.kernel
+        if st.dtype != "delegate" or kernel is None:
+            continue
+        want_in = kernel.input_dtypes or [None] * len(st.inputs)
+        have_out = kernel.output_dtypes or [None] * len(st.outputs)
+        edges = [(i, k, w, kernel.input_buffer) for k, (i, w) in enumerate(zip(st.inputs, want_in))
+                 if i in graph_inputs and readers.get(i) == 1]
+        edges += [(o, k, h, kernel.output_buffer) for k, (o, h) in enumerate(zip(st.outputs, have_out))
+                  if o not in graph_inputs]
+        for t, k, dt, get in edges:
+            tensor = g.tensors[t]
+            if t in out or t in runner.known or tensor.is_variable or (dt is not None and dt != tensor.dtype):
+                continue
+            buf = get(k)
+            if (buf is not None and buf.dtype == tensor.np_dtype and tuple(buf.shape) == tuple(runner.shapes[t])
+                    and buf.flags.writeable):
+                out[t] = buf
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # the interpreter hook
 # --------------------------------------------------------------------------------------------

@@ -111,3 +111,62 @@ def test_litert_ops_takes_the_whole_model():
     assert [len(p.nodes) for p in it.partitions] == [9]
     xs = random_inputs(it.get_input_details(), 0)
     assert_close(it.predict(*xs), run_edgerun(m, xs), max_lsb=1)
+
+
+def _recording_xnnpack():
+    """The xnnpack delegate, keeping the kernels it prepares (to look at their buffers)."""
+    from edgerun_delegates.xnnpack import XnnpackDelegate
+
+    class Recording(XnnpackDelegate):
+        kernels: list = []
+
+        def prepare(self, partition):
+            k = super().prepare(partition)
+            self.kernels.append(k)
+            return k
+
+    return Recording()
+
+
+def test_partition_edges_live_in_litert_memory():
+    """A graph input only a partition reads, and every partition output, are LiteRT's own
+    buffers: no copy at the edge; results stay right over invokes with new inputs, and arrays
+    returned earlier are copies that later invokes leave alone."""
+    m = small_cnn(seed=21)
+    d = _recording_xnnpack()
+    it = Interpreter(model_content=m, delegates=[d])
+    it.allocate_tensors()
+    inp = it.get_input_details()[0]["index"]
+    assert np.shares_memory(it.tensor(inp)(), d.kernels[0].input_buffer(0))
+    for p, kernel in zip(it.partitions, d.kernels):
+        for k, t in enumerate(p.outputs):
+            assert np.shares_memory(it.tensor(t)(), kernel.output_buffer(k))
+    first = None
+    for seed in range(3):
+        xs = random_inputs(it.get_input_details(), seed)
+        got = it.predict(*xs)
+        assert_close(got, run_edgerun(m, xs), max_lsb=1)
+        if first is None:
+            first = (got[0].copy(), got[0])
+    np.testing.assert_array_equal(first[0], first[1])
+
+
+def _input_read_twice():
+    q = Q(7)
+    x = q.input((1, 10, 10, 4))
+    a = q.conv(x, 4, act=Activation.RELU)
+    b = q.pool(x, "AVERAGE_POOL_2D", k=3, stride=1, padding=Padding.SAME)  # int8: edgerun's kernel
+    return q.done(q.add(a, b))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_input_read_outside_the_partition_keeps_its_own_buffer(seed):
+    m = _input_read_twice()
+    d = _recording_xnnpack()
+    it = Interpreter(model_content=m, delegates=[d])
+    it.allocate_tensors()
+    inp = it.get_input_details()[0]["index"]
+    assert not any(np.shares_memory(it.tensor(inp)(), k.input_buffer(j))
+                   for p, k in zip(it.partitions, d.kernels) for j in range(len(p.inputs)))
+    xs = random_inputs(it.get_input_details(), seed)
+    assert_close(it.predict(*xs), run_edgerun(m, xs), max_lsb=1)
