@@ -112,9 +112,8 @@ def _requant_share(it, runs: int) -> None:
     """Milliseconds per invoke spent requantizing the accumulators of the CONV_2D,
     DEPTHWISE_CONV_2D and FULLY_CONNECTED layers that run eval (int8 -> float32 columns, float
     GEMM / einsum, then this), against those layers' whole time."""
-    r = it._runner(0)
     timed = {}
-    for st in r.steps:
+    for st in it.steps():
         k = st.kernel
         rq = getattr(k, "requant", None) if st.name in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED") else None
         if rq is not None and st.dtype == "int8":

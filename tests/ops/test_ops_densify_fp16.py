@@ -94,9 +94,8 @@ def test_fp16_filter_held_once():
         it.allocate_tensors()
         names = {d["name"]: d["index"] for d in it.get_tensor_details()}
         np.testing.assert_array_equal(it.get_tensor(names["w4"]), dense.astype(np.float32).reshape(6, 1, 1, 8))
-        r = it._runner(0)
-        conv = next(st.kernel for st in r.steps if st.name == "CONV_2D")
-        assert np.shares_memory(r.values[names["w4"]], conv.wmats[0])
+        conv = next(st.kernel for st in it.steps() if st.name == "CONV_2D")
+        assert np.shares_memory(it.tensor(names["w4"])(), conv.wmats[0])
         if preserve:
             np.testing.assert_array_equal(it.get_tensor(names["w_dense16"]), dense)
         else:
