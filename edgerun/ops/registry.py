@@ -85,11 +85,14 @@ class NodeContext:
     def relayout_const(self, i: int, value: np.ndarray) -> None:
         """Let input ``i``'s folded value (an array computed during prepare, e.g. a DEQUANTIZE
         of fp16 weights) be ``value`` instead: the same numbers in the layout the kernel keeps
-        (a view of its own copy), so the interpreter does not hold the weights twice. A constant
-        read from the model buffer is left alone."""
+        (a view of its own copy), so the interpreter does not hold the weights twice. Nothing
+        changes for a tensor that another node also reads or that is a graph output (it keeps
+        the array as computed, C-contiguous)."""
         idx = self.op.inputs[i]
         old = self.known.get(idx)
-        if old is not None and old.shape == value.shape and old.dtype == value.dtype:
+        if old is None or old.shape != value.shape or old.dtype != value.dtype or idx in self.graph.outputs:
+            return
+        if sum(op.inputs.count(idx) for op in self.graph.operators) == 1:
             self.known[idx] = value
 
     def fail(self, detail: str) -> UnsupportedOpError:

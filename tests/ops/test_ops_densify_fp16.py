@@ -105,3 +105,31 @@ def test_fp16_filter_held_once():
         it.invoke()
         want = np.einsum("hwi,oi->hwo", x[0], dense.astype(np.float32)) + np.linspace(-1, 1, 6)
         np.testing.assert_allclose(it.get_tensor(it.get_output_details()[0]["index"])[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_filter_shared_by_two_convolutions():
+    """A dequantized filter read by two CONV_2D nodes keeps its computed value (C-contiguous);
+    both outputs as LiteRT's."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 1, 1, 6)).astype(np.float16)
+    b = ModelBuilder()
+    x = b.input("x", (1, 3, 3, 6), "float32")
+    w16 = b.tensor("w16", w.shape, "float16", data=w)
+    w32 = b.tensor("w32", w.shape, "float32")
+    b.op("DEQUANTIZE", [w16], [w32])
+    bias = b.tensor("bias", (4,), "float32", data=np.zeros(4, np.float32))
+    outs = []
+    for k in range(2):
+        y = b.tensor(f"y{k}", (1, 3, 3, 4), "float32")
+        b.op("CONV_2D", [x, w32, bias], [y], padding=0, stride_w=1, stride_h=1,
+             fused_activation_function=k)  # none, then RELU
+        b.output(y)
+        outs.append(y)
+    data = b.to_bytes()
+    compare_with_litert(data, [rng.standard_normal((1, 3, 3, 6)).astype(np.float32)])
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    names = {d["name"]: d["index"] for d in it.get_tensor_details()}
+    v = it.tensor(names["w32"])()
+    assert v.flags.c_contiguous
+    np.testing.assert_array_equal(v, w.astype(np.float32))
