@@ -471,26 +471,36 @@ def test_vww_like_layers_with_tiny_channels_match_litert(monkeypatch, op, act):
 
 @pytest.mark.parametrize("shape,dm,kernel,stride,dilation", [
     ((1, 20, 22, 128), 1, 3, (1, 1), (1, 1)),   # 3x3 with many channels
-    ((1, 31, 29, 96), 1, 5, (2, 2), (1, 1)),    # 5x5 strided, 96 channels
+    ((1, 31, 29, 96), 1, 5, (2, 2), (1, 1)),    # 5x5 strided, 96 channels: input-row slabs
     ((1, 16, 18, 144), 1, 3, (1, 1), (2, 2)),   # dilated
-    ((2, 12, 12, 128), 1, 5, (1, 2), (1, 1)),   # batch 2, stride in columns only
+    ((2, 12, 12, 128), 1, 5, (1, 2), (1, 1)),   # batch 2, stride in columns only: slabs
     ((1, 20, 20, 64), 2, 3, (1, 1), (1, 1)),    # depth multiplier 2: 128 output channels
+    ((1, 24, 22, 24), 1, 3, (1, 1), (1, 1)),    # few channels: tiles of 5 pixels, 2 columns left over
+    ((1, 41, 19, 32), 1, 5, (2, 1), (1, 2)),    # strided rows, dilated columns
+    ((1, 12, 50, 24), 1, 3, (1, 1), (1, 1)),    # 10 tiles of 5 pixels
 ])
 @pytest.mark.parametrize("act", [0, RELU6])
-def test_depthwise_many_channels_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm, kernel, stride,
-                                                                      dilation, act):
-    """int8 depthwise layers with many channels sum their taps with one einsum over the window
-    view of float input rows (``_eval_int8_slabs``), in blocks of output rows (forced small
-    here: several blocks, partial last block): bit-exact with LiteRT over several invokes."""
+def test_depthwise_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm, kernel, stride, dilation, act):
+    """int8 depthwise layers beyond the einsum path sum their taps with one einsum per block of
+    output rows over a view of float input rows: stride 1 in columns as (rows, KH, KW, tiles,
+    tile * C) against tiled weights (``_eval_int8_rows``, remainder columns included), strided
+    columns with many channels as a window view (``_eval_int8_slabs``). Blocks and tiles forced
+    small here: bit-exact with LiteRT over several invokes."""
     from edgerun.ops.conv import DepthwiseConv2D
 
-    blocks = []
-    orig = DepthwiseConv2D._eval_int8_slabs
+    ran = []
+    rows, slabs = DepthwiseConv2D._eval_int8_rows, DepthwiseConv2D._eval_int8_slabs
+    monkeypatch.setattr(DepthwiseConv2D, "_eval_int8_rows",
+                        lambda self, xp, out: ran.append("rows") or rows(self, xp, out))
     monkeypatch.setattr(DepthwiseConv2D, "_eval_int8_slabs",
-                        lambda self, xp, out, bh: blocks.append(bh) or orig(self, xp, out, bh))
+                        lambda self, xp, out, bh: ran.append(bh) or slabs(self, xp, out, bh))
     monkeypatch.setattr(DepthwiseConv2D, "compile", lambda self, ins, outs: None)  # eval's path
     monkeypatch.setattr(DepthwiseConv2D, "SLAB_ACC_BYTES", 4 * 2 * 6 * 128)  # 1-2 output rows a block
+    monkeypatch.setattr(DepthwiseConv2D, "ROWS_ACC_BYTES", 4 * 3 * 22 * 24)  # several row blocks
+    monkeypatch.setattr(DepthwiseConv2D, "ROWS_TILE_VALUES", 100)  # tiles of a few pixels
     spec = dw_spec(shape, dm, kernel, kernel, stride=stride, dilation=dilation, seed=kernel + dm)
     for seed in range(2):
         spec.run_int8(seed=seed, act=act)
-    assert blocks and all(0 < b < shape[1] for b in blocks)
+    want = "rows" if stride[1] == 1 else "slabs"
+    assert ran and all((r == "rows") == (want == "rows") for r in ran)
+    assert all(r == "rows" or 0 < r < shape[1] for r in ran)
