@@ -478,14 +478,15 @@ def test_vww_like_layers_with_tiny_channels_match_litert(monkeypatch, op, act):
     ((1, 24, 22, 24), 1, 3, (1, 1), (1, 1)),    # few channels: tiles of 5 pixels, 2 columns left over
     ((1, 41, 19, 32), 1, 5, (2, 1), (1, 2)),    # strided rows, dilated columns
     ((1, 12, 50, 24), 1, 3, (1, 1), (1, 1)),    # 10 tiles of 5 pixels
+    ((1, 48, 45, 24), 1, 5, (2, 2), (1, 2)),    # stride 2, dilation 2: one column phase
+    ((1, 60, 40, 16), 1, 5, (1, 3), (1, 2)),    # column stride 3, dilation 2: three phases
 ])
 @pytest.mark.parametrize("act", [0, RELU6])
 def test_depthwise_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm, kernel, stride, dilation, act):
     """int8 depthwise layers beyond the einsum path sum their taps with one einsum per block of
-    output rows over a view of float input rows: stride 1 in columns as (rows, KH, KW, tiles,
-    tile * C) against tiled weights (``_eval_int8_rows``, remainder columns included), strided
-    columns with many channels as a window view (``_eval_int8_slabs``). Blocks and tiles forced
-    small here: bit-exact with LiteRT over several invokes."""
+    output rows and column phase (strided columns) over a (rows, KH, taps, tiles, tile * C) view
+    of float input rows against tiled weights (``_eval_int8_rows``, remainder columns included).
+    Blocks and tiles forced small here: bit-exact with LiteRT over several invokes."""
     from edgerun.ops.conv import DepthwiseConv2D
 
     ran = []
@@ -501,6 +502,6 @@ def test_depthwise_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm,
     spec = dw_spec(shape, dm, kernel, kernel, stride=stride, dilation=dilation, seed=kernel + dm)
     for seed in range(2):
         spec.run_int8(seed=seed, act=act)
-    want = "rows" if stride[1] == 1 else "slabs"
+    want = "rows" if stride[1] == 1 or kernel >= 5 else "slabs"
     assert ran and all((r == "rows") == (want == "rows") for r in ran)
     assert all(r == "rows" or 0 < r < shape[1] for r in ran)
