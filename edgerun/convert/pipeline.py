@@ -221,7 +221,7 @@ def float_check(reference, float_bytes: bytes, source, idx, out_names, progress)
 
 
 def calibrate(float_bytes: bytes, g, source, calib_idx, method: str, percentile: float, batch_size: int,
-              progress, use_cache: bool):
+              progress, use_cache: bool, wide_head: bool = True):
     from edgerun.convert import calibrate as cal
 
     observers, cached = cal.collect(float_bytes, source, calib_idx, batch_size=batch_size, progress=progress,
@@ -229,13 +229,13 @@ def calibrate(float_bytes: bytes, g, source, calib_idx, method: str, percentile:
     if method == "auto":  # per-tensor choice by the error at the model outputs
         from edgerun.convert import ranges as rs
         r, info = rs.search(g, float_bytes, observers, source, calib_idx, heads=head_tensors(g),
-                            percentile=percentile)
+                            percentile=percentile, wide_head=wide_head)
         return r, cached, info
     return cal.ranges_from(observers, method, percentile, heads=head_tensors(g)), cached, None
 
 
 def calibrate_auto_equalized(float_bytes: bytes, g, g_eq, source, calib_idx, percentile: float, batch_size: int,
-                             progress, use_cache: bool):
+                             progress, use_cache: bool, wide_head: bool = True):
     """``--calib-method auto`` with cross-layer equalization: calibrate ``g`` and its equalized copy,
     let the range search's single-method scores choose between them, and search and correct the
     chosen one only (:func:`edgerun.convert.ranges.search` with ``rival``). A model whose
@@ -262,7 +262,7 @@ def calibrate_auto_equalized(float_bytes: bytes, g, g_eq, source, calib_idx, per
     obs2.update(cal.collect(fb2, source, calib_idx, batch_size=batch_size, use_cache=use_cache,
                             only=eq.rescaled_tensors(g2) if share else None)[0])
     r, info, chosen = rs.search(g, float_bytes, observers, source, calib_idx, heads=head_tensors(g),
-                                percentile=percentile, rival=(g2, fb2, obs2, n))
+                                percentile=percentile, rival=(g2, fb2, obs2, n), wide_head=wide_head)
     return chosen, (fb2 if chosen is g2 else float_bytes), r, cached, info
 
 
@@ -282,7 +282,8 @@ def equalized_copy(g):
 
 
 def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, method: str, percentile: float,
-                     batch_size: int, use_cache: bool, rep: ConversionReport, activations: str = "int8"):
+                     batch_size: int, use_cache: bool, rep: ConversionReport, activations: str = "int8",
+                     wide_head: bool = True):
     """Calibrate the cross-layer-equalized copy ``g_eq`` (:mod:`edgerun.convert.equalize`) afresh;
     returns the (graph, float bytes, ranges) whose int8 model has the lower error on the
     calibration samples, both scored against the original float model. Records what was tried in
@@ -291,9 +292,9 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
 
     g2, n = g_eq
     fb2 = g2.to_bytes("edgerun convert (float32)")
-    r2, _, s2 = calibrate(fb2, g2, source, calib_idx, method, percentile, batch_size, None, use_cache)
-    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, activations=activations)
-    e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx, activations=activations)
+    r2, _, s2 = calibrate(fb2, g2, source, calib_idx, method, percentile, batch_size, None, use_cache, wide_head)
+    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, activations=activations, wide_head=wide_head)
+    e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx, activations=activations, wide_head=wide_head)
 
     def db(e):
         return round(float(-10 * np.log10(max(e, 1e-15))), 2)
@@ -307,7 +308,7 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
 
 
 def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: float | None, progress,
-                 rep: ConversionReport, activations: str = "int8"):
+                 rep: ConversionReport, activations: str = "int8", wide_head: bool = True):
     """AdaRound (:mod:`edgerun.convert.adaround`) on a copy of ``g``; returns the graph whose int8
     model has the lower error on the calibration samples. The rounding is learned on every other
     calibration sample and judged on the rest (judged on the samples it learned from, it was kept
@@ -326,8 +327,10 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
                              progress=progress)
     info["kept"] = False
     if info["changed"]:
-        e1 = eq.int8_error(g, ranges, float_bytes, source, judge, samples=64, activations=activations)
-        e2 = eq.int8_error(g2, ranges, float_bytes, source, judge, samples=64, activations=activations)
+        e1 = eq.int8_error(g, ranges, float_bytes, source, judge, samples=64, activations=activations,
+                           wide_head=wide_head)
+        e2 = eq.int8_error(g2, ranges, float_bytes, source, judge, samples=64, activations=activations,
+                           wide_head=wide_head)
         info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
         info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
         info["kept"] = e2 < e1
@@ -796,19 +799,21 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     t1 = time.perf_counter()
     # the equalized copy is taken before calibration: the range search corrects ``g``'s biases in place
     g_eq = equalized_copy(g) if equalize else None
+    # scores judge the int8 model with the head it will have (16x8 for float32 outputs where taken)
+    head = activations == "int8" and io_type == "float32" and (not target or _target_name(target) in WIDE_SOFTMAX_TARGETS)
     if g_eq is not None and calib_method == "auto":  # equalization chosen by the search's first step
         g, float_bytes, ranges, rep.calibration["cached"], search = calibrate_auto_equalized(
-            float_bytes, g, g_eq, source, calib_idx, percentile, batch_size, progress, use_cache)
+            float_bytes, g, g_eq, source, calib_idx, percentile, batch_size, progress, use_cache, head)
         rep.calibration["equalization"] = search.pop("equalization")
         g_eq = None
     else:
         ranges, rep.calibration["cached"], search = calibrate(float_bytes, g, source, calib_idx, calib_method,
-                                                              percentile, batch_size, progress, use_cache)
+                                                              percentile, batch_size, progress, use_cache, head)
     if search is not None:
         rep.calibration["range_search"] = search
     if g_eq is not None:  # cross-layer equalization, kept when the int8 model's error falls
         g, float_bytes, ranges = try_equalization(g, g_eq, float_bytes, ranges, source, calib_idx, calib_method,
-                                                  percentile, batch_size, use_cache, rep, activations)
+                                                  percentile, batch_size, use_cache, rep, activations, head)
     timings["calibrate"] = time.perf_counter() - t1
     seconds = optimize_seconds
     if optimize is None:  # auto: on for small models, deterministic (steps, no clock)
@@ -818,7 +823,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     if optimize:  # learned weight rounding, kept when the int8 model's error falls
         t1 = time.perf_counter()
         g = try_optimize(g, ranges, float_bytes, source, calib_idx, seconds, optimize_progress, rep,
-                         activations)
+                         activations, head)
         timings["optimize"] = time.perf_counter() - t1
     inherent = [g.ops[i].op for i in sorted(float_ops(g, activations=activations))]
     if inherent and requires_full_int8(target):

@@ -227,9 +227,11 @@ def _per_method(g, observers, heads, percentile) -> dict[str, dict[str, tuple[fl
 
 def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], source, indices, *,
            heads=frozenset(), percentile: float = 99.99, seconds: float = SEARCH_SECONDS,
-           samples: int = SEARCH_SAMPLES, progress=None, rival=None):
+           samples: int = SEARCH_SAMPLES, progress=None, rival=None, wide_head: bool = True):
     """Ranges by name for ``--calib-method auto``; returns (ranges, info: what was tried and chosen),
-    or (ranges, info, graph) when ``rival`` is given.
+    or (ranges, info, graph) when ``rival`` is given. ``wide_head``: score the int8 model with the
+    16x8 classifier head the conversion will write (float32 outputs on targets that take it), or
+    with int8 logits (:func:`edgerun.convert.quantize.wide_head_ops`).
 
     ``rival``: ``(g2, float bytes of g2, observers2, pairs)``, the cross-layer-equalized copy of
     ``g`` (:mod:`edgerun.convert.equalize`) and its own calibration. Step 1 scores the single methods
@@ -287,7 +289,8 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
         """The int8 model's error; with ``stop``, scoring ends as soon as the error reaches it (the
         sums only grow, so the candidate cannot win: what is returned is then a lower bound and
         ``label`` goes on the ``cut_short`` list)."""
-        q = quantize_graph(g if graph is None else graph, rng, io_type="float32", wide_softmax=True)
+        q = quantize_graph(g if graph is None else graph, rng, io_type="float32", wide_softmax=True,
+                           wide_head=wide_head)
         run = Int8Runner(q.to_bytes("edgerun range search"))
         err = [0.0] * len(sig)
         per = np.zeros(len(data))
