@@ -379,10 +379,12 @@ INT16_TARGETS = ("tflm",)
 #: takes PRELU only in float32; :func:`edgerun.convert.graph.float_prelus`)
 FLOAT_PRELU_TARGETS = ("rpi", "cpu")
 #: targets whose runtime has TFLite's int8-in / int16-out SOFTMAX (float32-output models write their
-#: output softmax in int16, :func:`edgerun.convert.quantize.wide_softmax_outputs`); EdgeTPU,
-#: edgerun's int8 firmware and the TensorRT export do not take it; tflm gets int16 layers only
-#: through --max-drop promotion
-WIDE_SOFTMAX_TARGETS = ("cpu", "rpi")
+#: output softmax in int16, :func:`edgerun.convert.quantize.wide_softmax_outputs`), the 16x8
+#: classifier head and the int16 input stage: LiteRT (cpu, rpi) and edgerun's firmware (mcu: its
+#: int16 SOFTMAX, 16x8 FULLY_CONNECTED / CONV_2D / DEPTHWISE_CONV_2D, int16 pooling and QUANTIZE
+#: float32 -> int16, bit-exact with LiteRT, tests/firmware/test_firmware_kernels_more.py); EdgeTPU
+#: and the TensorRT export do not take them; tflm gets int16 layers only through --max-drop promotion
+WIDE_SOFTMAX_TARGETS = ("cpu", "rpi", "mcu")
 
 
 def _target_name(target) -> str:

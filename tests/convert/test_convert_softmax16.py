@@ -2,10 +2,11 @@
 
 int8's SOFTMAX output step is fixed at 1/256, which alone caps a confident classifier near
 49 dB. With float32 outputs (``--io-type float32``) and a target whose runtime has TFLite's int16
-SOFTMAX and edgerun leaves to the converter (cpu, rpi, or no target), the converter requantizes the int8 logits to int16, runs
-SOFTMAX in int16 (output step 1/32768) and dequantizes that. Everything else stays int8. The
+SOFTMAX and edgerun leaves to the converter (cpu, rpi, mcu, or no target), the converter requantizes the logits to int16
+(the classifier head before it runs in 16x8: tests/convert/test_convert_wide_head.py), runs
+SOFTMAX in int16 (output step 1/32768) and dequantizes that. The
 result must run bit-exact with LiteRT's reference kernels and be measurably closer to float;
-int8 outputs and other targets (mcu, coral, jetson; tflm promotes layers to int16 only
+int8 outputs and other targets (coral, jetson; tflm promotes layers to int16 only
 under --max-drop) keep the int8 SOFTMAX.
 """
 
@@ -40,7 +41,7 @@ def converted(tmp_path_factory):
     return d, {
         "wide": convert(MODEL, d / "wide.tflite", io_type="float32", **kw),
         "int8io": convert(MODEL, d / "int8io.tflite", **kw),
-        "mcu": convert(MODEL, d / "mcu.tflite", io_type="float32", target="mcu", **kw),
+        "jetson": convert(MODEL, d / "jetson.tflite", io_type="float32", target="jetson", **kw),
     }
 
 
@@ -50,14 +51,14 @@ def test_float_output_softmax_runs_in_int16(converted):
     assert softmax_io((d / "wide.tflite").read_bytes()) == ("int16", "int16", "DEQUANTIZE")
     # int8 outputs, and a target whose runtime is int8-only, keep TFLite's int8 SOFTMAX
     assert softmax_io((d / "int8io.tflite").read_bytes())[:2] == ("int8", "int8")
-    m = read_model((d / "mcu.tflite").read_bytes())
+    m = read_model((d / "jetson.tflite").read_bytes())
     assert {t.dtype for t in m.subgraphs[0].tensors} & {"int16"} == set()
 
 
 def test_int16_softmax_output_is_closer_to_float(converted):
     _, reps = converted
     wide = reps["wide"].outputs[0].sqnr_db
-    narrow = reps["mcu"].outputs[0].sqnr_db  # same model, same ranges, int8 SOFTMAX
+    narrow = reps["jetson"].outputs[0].sqnr_db  # same model, same ranges, int8 SOFTMAX
     assert narrow < 52 and wide > narrow + 6, (wide, narrow)
 
 

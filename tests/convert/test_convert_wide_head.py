@@ -4,7 +4,8 @@ int16 input stage.
 * Wide head: with float32 outputs on a target that takes the int16 SOFTMAX (cpu, rpi, none), the
   last FULLY_CONNECTED before the output SOFTMAX, or before float32 logits, runs in 16x8 (int16
   activations, int8 weights, int64 bias), with the AVERAGE_POOL_2D / RESHAPE ops that feed it;
-  int8 logits' step otherwise decides near-ties. mcu keeps its int8 head.
+  int8 logits' step otherwise decides near-ties. edgerun's firmware (mcu) runs it too; jetson's
+  TensorRT export and coral keep the int8 head.
 * Input stage: an input whose range is set by one wide feature is quantized to int16 and read by
   its first layer in 16x8, then requantized to int8, when that removes WIDE_INPUT_GAIN of the
   error on calibration samples.
@@ -81,7 +82,7 @@ def test_classifier_head_runs_in_16x8_bit_exact(tmp_path, softmax):
     x = samples()
     kw = {"calib": x, "io_type": "float32", "use_cache": False}
     wide = convert(src, tmp_path / "w.tflite", **kw)
-    narrow = convert(src, tmp_path / "n.tflite", target="mcu", **kw)  # int8-only firmware: int8 head
+    narrow = convert(src, tmp_path / "n.tflite", target="jetson", **kw)  # TensorRT export: int8 head
     assert wide.ok and narrow.ok
     ops = op_dtypes((tmp_path / "w.tflite").read_bytes())
     fc = next(o for o in ops if o[0] == "FULLY_CONNECTED")
@@ -103,6 +104,21 @@ def test_classifier_head_runs_in_16x8_bit_exact(tmp_path, softmax):
         compare_with_litert(model, [s[None].transpose(0, 2, 3, 1).copy()], rtol=0, atol=0)
 
 
+def test_mcu_gets_the_wide_head_and_its_firmware_accepts_it(tmp_path):
+    """edgerun's firmware has the int16 SOFTMAX and the 16x8 kernels (bit-exact with LiteRT on the
+    posix firmware: tests/firmware/test_firmware_kernels_more.py), so `--target mcu` writes the
+    16x8 head and `check --target mcu`'s prediction (the firmware's own rules) accepts it."""
+    from edgerun_delegates.mcu.firmware import firmware_accepts
+
+    src = tmp_path / "m.onnx"
+    classifier(src, True)
+    rep = convert(src, tmp_path / "m.tflite", calib=samples(), io_type="float32", target="mcu", use_cache=False)
+    assert rep.ok and rep.int16_ops.get("FULLY_CONNECTED") == 1 and rep.int16_ops.get("SOFTMAX") == 1
+    model = (tmp_path / "m.tflite").read_bytes()
+    assert firmware_accepts(model, "mps2-an386") == []
+    compare_with_litert(model, [samples(1)[0][None].transpose(0, 2, 3, 1).copy()], rtol=0, atol=0)
+
+
 def test_int16_input_stage_when_one_feature_sets_the_input_range(tmp_path):
     """Channel 0 spans 0-200, the others 0-1: int8's input step (0.8) swamps channels 1-3; the
     int16 input stage is kept, bit-exact with LiteRT."""
@@ -120,10 +136,10 @@ def test_int16_input_stage_when_one_feature_sets_the_input_range(tmp_path):
     model = (tmp_path / "w.tflite").read_bytes()
     for s in x[:10]:
         compare_with_litert(model, [s[None].transpose(0, 2, 3, 1).copy()], rtol=0, atol=0)
-    # an input of even features keeps the int8 input stage; edgetpu-style targets never try it
+    # an input of even features keeps the int8 input stage; jetson (TensorRT export) never tries it
     classifier(src, True)
     even = convert(src, tmp_path / "e.tflite", calib=samples(), io_type="float32", use_cache=False)
     assert not even.calibration["wide_input"]["kept"]
     assert op_dtypes((tmp_path / "e.tflite").read_bytes())[0] == ("QUANTIZE", "float32", "int8")
-    mcu = convert(src, tmp_path / "m.tflite", calib=x, io_type="float32", target="mcu", use_cache=False)
-    assert "wide_input" not in mcu.calibration and not mcu.int16_ops
+    trt = convert(src, tmp_path / "t.tflite", calib=x, io_type="float32", target="jetson", use_cache=False)
+    assert "wide_input" not in trt.calibration and not trt.int16_ops
