@@ -934,16 +934,21 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         # phase are kx0, kx0 + step, ... (step = sw / gcd(sw, dw)), their plane offsets step*dw/sw apart
         step = sw // math.gcd(sw, dw)
         phases = sorted({kx * dw % sw: kx for kx in range(kw - 1, -1, -1)}.items())  # phase -> first kx
-        bh = max(1, min(oh, self.ROWS_ACC_BYTES // (size * ow * oc)))  # output rows per block
+        bh = max(1, min(oh, self.ROWS_ACC_BYTES // (size * ow * oc),  # output rows per block, the
+                        (self.SLAB_BYTES // (wp * oc * size) - (kh - 1) * dh - 1) // sh + 1))  # input rows' bound
+        # ... but enough accumulators for the requantizer's float32 passes (FAST_MIN values; fewer
+        # take its int64 path, several times slower a value)
+        bh = max(bh, min(oh, -(-getattr(self.requant, "FAST_MIN", 0) // (ow * oc))))
         einsum, add = np.einsum, np.add
         for b in range(n):
             for y0 in range(0, oh, bh):
                 r = min(bh, oh - y0)
                 rows_in = (r - 1) * sh + (kh - 1) * dh + 1
                 acc = scratch("dw.acc", (r, ow * oc), dt)
+                planes = scratch("dw.slab", (len(phases), rows_in, -(-wp // sw), oc), dt)  # one buffer
                 for i, (ph, kx0) in enumerate(phases):
                     cols_p = len(range(ph, wp, sw))
-                    plane = scratch(f"dw.slab{i}", (rows_in, cols_p, oc), dt)
+                    plane = planes[i, :, :cols_p]
                     src = xp[b, y0 * sh:y0 * sh + rows_in]
                     np.copyto(plane, src[:, ph::sw] if sw > 1 else src, casting="unsafe")
                     nk = len(range(kx0, kw, step))

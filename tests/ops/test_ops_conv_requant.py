@@ -120,6 +120,7 @@ def test_depthwise_int8_float32_requantization_matches_litert(monkeypatch, act, 
     from edgerun.ops.conv import DepthwiseConv2D
 
     calls = _spy_fast_calls(monkeypatch)
+    monkeypatch.setattr(DepthwiseConv2D, "rows_path", False)  # the window-column path
     monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 4 * 44 * 25 * 32 * 2)  # two rows per einsum
     monkeypatch.setattr(DepthwiseConv2D, "compile", lambda self, ins, outs: None)  # eval's blocks
     dw_spec(shape, 1, kernel, kernel, stride=stride, seed=kernel).run_int8(act=act, seed=act)
@@ -499,6 +500,8 @@ def test_depthwise_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm,
     monkeypatch.setattr(DepthwiseConv2D, "SLAB_ACC_BYTES", 4 * 2 * 6 * 128)  # 1-2 output rows a block
     monkeypatch.setattr(DepthwiseConv2D, "ROWS_ACC_BYTES", 4 * 3 * 22 * 24)  # several row blocks
     monkeypatch.setattr(DepthwiseConv2D, "ROWS_TILE_VALUES", 100)  # tiles of a few pixels
+    # blocks stay small: the float32 requantization from 1024 accumulators on
+    monkeypatch.setattr(type(bounded_requantizer([1 << 30], [0], 0, -128, 127)), "FAST_MIN", 1024)
     spec = dw_spec(shape, dm, kernel, kernel, stride=stride, dilation=dilation, seed=kernel + dm)
     for seed in range(2):
         spec.run_int8(seed=seed, act=act)
