@@ -907,7 +907,10 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         row_in = wp * oc * size
         bh = min(oh, max(1, self.SLAB_ACC_BYTES // (size * ow * oc)),
                  (self.SLAB_BYTES // row_in - (kh - 1) * dh - 1) // sh + 1)
-        return max(bh, 0)
+        if bh <= 0:
+            return 0
+        # enough accumulators for the requantizer's float32 passes (see _eval_int8_rows)
+        return max(bh, min(oh, -(-getattr(self.requant, "FAST_MIN", 0) // (ow * oc))))
 
     #: int8 layers with at least COLS_MIN_CHANNELS channels, stride 1 in columns (or 5x5 and up,
     #: per column phase): one einsum a
