@@ -20,7 +20,7 @@ import numpy as np
 from edgerun.errors import EdgerunError, InputMismatchError, ModelFormatError, UnsupportedOpError
 from edgerun.ir import Model
 from edgerun.ops.registry import REGISTRY, NodeContext, OpDef, lookup, node_scratch
-from edgerun.runtime import budget, partition, plan, planner
+from edgerun.runtime import budget, plan, planner
 from edgerun.runtime.steps import Step
 from edgerun.schema.reader import read_model, read_model_file
 
@@ -222,7 +222,10 @@ class SubgraphRunner:
             life = {k: (first, len(self.steps)) for k, (first, _) in life.items()}
         # partition edges a delegate's runtime holds itself (LiteRT's own input/output buffers):
         # the tensor lives there, not in the arena, and no copy is made at the edge
-        external = partition.external_buffers(self)
+        external = {}
+        if any(st.dtype == "delegate" for st in self.steps):
+            from edgerun.runtime.partition import external_buffers  # only with delegates (core stays small)
+            external = external_buffers(self)
         bufs = []
         for i, (first, last) in life.items():
             t = g.tensors[i]
