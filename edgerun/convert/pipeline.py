@@ -350,7 +350,7 @@ def try_wide_input(g, ranges, float_bytes: bytes, source, calib_idx, io_type: st
     from edgerun.convert import equalize as eq
     from edgerun.convert.quantize import float_ops, wide_input_ops
 
-    if activations != "int8" or io_type != "float32" or (target and _target_name(target) not in WIDE_SOFTMAX_TARGETS):
+    if not _wide_head(activations, io_type, target):
         return False
     _, ins = wide_input_ops(g, float_ops(g), io_type)
     if not ins or not calib_idx:
@@ -387,6 +387,14 @@ FLOAT_PRELU_TARGETS = ("rpi", "cpu")
 WIDE_SOFTMAX_TARGETS = ("cpu", "rpi", "mcu")
 
 
+def _wide_head(activations: str, io_type: str, target) -> bool:
+    """The int16 output SOFTMAX with its 16x8 classifier head (where this machine's LiteRT runs
+    it: :func:`edgerun.convert.quantize.wide_head_runs_here`), and the int16 input stage's
+    eligibility: int8 models with float32 io on targets whose runtime has the int16 forms."""
+    return (activations == "int8" and io_type == "float32"
+            and (not target or _target_name(target) in WIDE_SOFTMAX_TARGETS))
+
+
 def _target_name(target) -> str:
     from edgerun.targets import parse_target
 
@@ -405,7 +413,7 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     # a full-integer target whose runtime has 16x8 kernels (TFLM) gets the sensitive layers in
     # int16 activations instead of float (EdgeTPU and edgerun's int8 firmware still refuse)
     promote = activations == "int8" and requires_full_int8(target) and _target_name(target) in INT16_TARGETS
-    wide = activations == "int8" and io_type == "float32" and (not target or _target_name(target) in WIDE_SOFTMAX_TARGETS)
+    wide = _wide_head(activations, io_type, target)
 
     def build(keep):
         if promote:
@@ -802,7 +810,7 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
     # the equalized copy is taken before calibration: the range search corrects ``g``'s biases in place
     g_eq = equalized_copy(g) if equalize else None
     # scores judge the int8 model with the head it will have (16x8 for float32 outputs where taken)
-    head = activations == "int8" and io_type == "float32" and (not target or _target_name(target) in WIDE_SOFTMAX_TARGETS)
+    head = _wide_head(activations, io_type, target)
     if g_eq is not None and calib_method == "auto":  # equalization chosen by the search's first step
         g, float_bytes, ranges, rep.calibration["cached"], search = calibrate_auto_equalized(
             float_bytes, g, g_eq, source, calib_idx, percentile, batch_size, progress, use_cache, head)

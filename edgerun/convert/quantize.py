@@ -281,6 +281,46 @@ def _xnnpack_const_range(g: Graph, op: Op, k: int, lo: float, hi: float, out_p, 
     return min(lo, 0.0) - pad, max(hi, 0.0) + pad
 
 
+def wide_head_runs_here() -> bool:
+    """Whether this machine's LiteRT runs the int16 output forms (QUANTIZE int8 -> int16, 16x8
+    FULLY_CONNECTED, int16 SOFTMAX): tflite-runtime 2.14, armhf's only LiteRT, has no int8 ->
+    int16 QUANTIZE. The converter scores and verifies every model it writes in LiteRT, so where
+    these do not run ``wide_softmax`` is off: the head and SOFTMAX stay int8. Probed once per
+    process on a 3-op model."""
+    global _WIDE_HEAD_HERE
+    if _WIDE_HEAD_HERE is None:
+        _WIDE_HEAD_HERE = _probe_wide_head()
+    return _WIDE_HEAD_HERE
+
+
+_WIDE_HEAD_HERE: bool | None = None
+
+
+def _probe_wide_head() -> bool:
+    from edgerun.ir import ModelBuilder
+    from edgerun.litert import make_interpreter
+
+    b = ModelBuilder("edgerun wide-form probe")
+    x = b.input("x", (1, 4), "int8", quant=([0.05], [3]))
+    x16 = b.tensor("x16", (1, 4), "int16", quant=([0.05], [0]))
+    w = b.const("w", np.array([[1, -2, 3, -4], [5, 6, -7, 8], [0, 1, 0, -1]], np.int8),
+                quant=([0.02, 0.03, 0.04], [0, 0, 0], 0))
+    bias = b.const("b", np.array([100, -50, 0], np.int64), quant=([0.001, 0.0015, 0.002], [0, 0, 0], 0))
+    y = b.tensor("y", (1, 3), "int16", quant=([0.002], [0]))
+    p = b.tensor("p", (1, 3), "int16", quant=([1 / 32768], [0]))
+    b.op("QUANTIZE", [x], [x16])
+    b.op("FULLY_CONNECTED", [x16, w, bias], [y], version=7)
+    b.op("SOFTMAX", [y], [p], version=3, beta=1.0)
+    b.output(p)
+    try:
+        it = make_interpreter(b.to_bytes(), xnnpack=False)
+        it.allocate_tensors()
+        it.invoke()
+    except Exception:  # noqa: BLE001  (the runtime's refusal, whatever its type)
+        return False
+    return True
+
+
 def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type: str = "int8",
                    keep_float: set[str] | frozenset = frozenset(), activations: str = "int8",
                    int16_layers: set[str] | frozenset = frozenset(), wide_softmax: bool = False,
@@ -303,8 +343,9 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
     if adt == "int8" and io_type not in ("int8", "uint8", "float32"):
         raise ConversionError(f"io type {io_type!r}: use int8, uint8 or float32")
     fops = float_ops(g, keep_float, activations)
-    wide = wide_softmax_outputs(g, fops, io_type) if wide_softmax and adt == "int8" else set()
-    head = wide_head_ops(g, fops, wide, io_type) if wide_softmax and wide_head and adt == "int8" else set()
+    wide_softmax = wide_softmax and adt == "int8" and wide_head_runs_here()
+    wide = wide_softmax_outputs(g, fops, io_type) if wide_softmax else set()
+    head = wide_head_ops(g, fops, wide, io_type) if wide_softmax and wide_head else set()
     # per-op and per-tensor precision: int16 for every quantized op in 16x8 mode, else for promoted ops
     first, wide_ins = wide_input_ops(g, fops, io_type) if wide_input and adt == "int8" else (set(), set())
     op_dt = {i: ("int16" if adt == "int16" or op.outputs[0] in wide or i in head or i in first or (op.op in INT16_OPS and any(

@@ -107,9 +107,11 @@ def test_max_drop_promotes_layers_to_int16_for_full_integer_targets(tmp_path, bu
 
 @pytest.mark.parametrize("target", ["coral", "mcu"])
 def test_int8_only_targets_refuse_promotion_and_int16(tmp_path, target):
-    """EdgeTPU and edgerun's MCU firmware run int8 only: no promotion, and no --activations int16."""
+    """EdgeTPU and edgerun's MCU firmware take no layer promotion and no --activations int16
+    (the firmware runs only the 16x8 classifier head and input stage the converter writes itself:
+    the digits CNN reaches 60.8 dB on mcu with it, 49 dB on coral, so the budget is set above both)."""
     with pytest.raises(EdgerunError, match="needs full int8"):
-        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target=target, max_drop="55dB")
+        convert(MODEL, tmp_path / "m.tflite", calib=CALIB, io_type="float32", target=target, max_drop="75dB")
     with pytest.raises(EdgerunError, match="runs int8 only"):
         convert(MODEL, tmp_path / "m.tflite", calib=CALIB, activations="int16", target=target)
 
