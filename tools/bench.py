@@ -213,30 +213,13 @@ def _status_kib(key: str) -> int:
     return 0
 
 
-def settle() -> None:
-    """Freed heap back to the kernel, VmHWM reset to VmRSS, before the baseline (see
-    ``tools/peak_rss.py``'s ``settle``: without it the growth depended on whether the imports
-    compiled from source, which leaves ~3 MB of reusable freed heap, or loaded .pyc files)."""
-    import ctypes
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux 4.0+)
-    except OSError:
-        pass
-
-
 def worker(engine: str, spec: str) -> int:
     if engine in ("edgerun", DELEGATED):
         from edgerun import Interpreter
     else:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     from edgerun.testing import random_inputs
+    from tools.peak_rss import settle
 
     data = _model_bytes(spec)
     settle()
