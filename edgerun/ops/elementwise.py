@@ -45,6 +45,7 @@ from edgerun.errors import InputMismatchError, ModelFormatError
 from edgerun.ops.common import (
     QRANGE,
     TableEval,
+    bound_arrays,
     qparams,
     quantized_activation_range,
     round_half_away,
@@ -229,22 +230,27 @@ class _Int8Binary(TableEval, Kernel):
                 or out.shape != self.out_shape or not out.flags.c_contiguous
                 or out.size > self.PLAN_MAX_VALUES):
             return None
-        index = np.empty(out.shape, np.uint16)
+        # the index array is a temporary of the call: one buffer of the plan's shared workspace
+        # for every binary node (it had been a buffer per node, up to 32 KB each)
         if self.row_offsets is not None:
             xv, rows, add, take = ins[self.var_input].view(np.uint8), self.row_offsets, np.add, self.rows_table.take
 
-            def call_rows():
-                add(xv, rows, out=index, dtype=np.uint16)
-                take(index, None, out, "clip")
-            return call_rows
+            def build_rows(index):
+                def call_rows():
+                    add(xv, rows, out=index, dtype=np.uint16)
+                    take(index, None, out, "clip")
+                return call_rows
+            return bound_arrays([("binary.index", out.shape, np.uint16)], build_rows)
         av, bv, take = a.view(np.uint8), b.view(np.uint8), self.table.take
         shl, bor = np.left_shift, np.bitwise_or
 
-        def call():
-            shl(av, 8, out=index, dtype=np.uint16)
-            bor(index, bv, out=index)
-            take(index, None, out, "clip")
-        return call
+        def build(index):
+            def call():
+                shl(av, 8, out=index, dtype=np.uint16)
+                bor(index, bv, out=index)
+                take(index, None, out, "clip")
+            return call
+        return bound_arrays([("binary.index", out.shape, np.uint16)], build)
 
     def _prepare_params(self) -> None:
         raise NotImplementedError

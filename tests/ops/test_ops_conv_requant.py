@@ -508,3 +508,22 @@ def test_depthwise_einsum_over_input_rows_matches_litert(monkeypatch, shape, dm,
     want = "rows" if stride[1] == 1 or kernel >= 5 else "slabs"
     assert ran and all((r == "rows") == (want == "rows") for r in ran)
     assert all(r == "rows" or 0 < r < shape[1] for r in ran)
+
+
+def test_conv_int8_many_pixels_small_filter_widened_per_eval_bit_exact(monkeypatch):
+    """A layer of at least ``WIDEN_ALWAYS_ROWS`` output pixels keeps no float32 copy of its
+    filter, however small (3x3x8 -> 16 here, 4.6 KB as float32): the int8 filter is widened
+    per call; the output still equals LiteRT's reference kernels."""
+    from edgerun.ops.conv import Conv2D
+
+    kept = []
+    orig = Conv2D.prepare
+
+    def spy(self):
+        shapes = orig(self)
+        kept.append(self.w8 is not None)
+        return shapes
+
+    monkeypatch.setattr(Conv2D, "prepare", spy)
+    conv_spec((1, 20, 20, 8), 16, 3, 3, seed=11).run_int8(seed=3, act=RELU)
+    assert kept and kept[-1]

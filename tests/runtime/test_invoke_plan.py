@@ -602,3 +602,31 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
             np.testing.assert_array_equal(er.get_tensor(td["index"]), want, err_msg=td["name"])
             compared += 1
     assert compared > 30
+
+
+def test_binary_adds_share_one_index_buffer_bit_exact():
+    """Two chained ADDs of run-time tensors (one with a residual of the input): their bound calls
+    take the uint16 index array from the plan's shared workspace (one ``binary.index`` buffer,
+    not one per node), and every invoke equals LiteRT's reference kernels."""
+    b = ModelBuilder()
+    x1 = b.input("x1", (1, 6, 8), "int8", (0.05, 2))
+    x2 = b.input("x2", (1, 6, 8), "int8", (0.1, 0))
+    s = b.tensor("s", (1, 6, 8), "int8", (0.1, -3))
+    y = b.tensor("y", (1, 6, 8), "int8", (0.12, 5))
+    b.op("ADD", [x1, x2], [s], fused_activation_function=0)
+    b.op("ADD", [s, x1], [y], fused_activation_function=1)
+    b.output(y)
+    data = b.to_bytes()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    assert len(it.plan_calls()) == 2  # two bound calls, no fused chain
+    # one 96-byte index buffer (plus its alignment room) in the workspace for both nodes
+    assert 0 < it.workspace_bytes <= 6 * 8 * 2 + 64
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        xs = [rng.integers(-128, 128, (1, 6, 8)).astype(np.int8) for _ in range(2)]
+        for d, x in zip(it.get_input_details(), xs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        got = it.get_tensor(it.get_output_details()[0]["index"])
+        np.testing.assert_array_equal(got, _litert(data, xs)[0])
