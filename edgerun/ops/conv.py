@@ -276,6 +276,10 @@ F64_FULL_BYTES = 128 * 1024
 #: vww's peak memory 1.37x -> 1.6x LiteRT's); larger layers (small plans only) tile their
 #: constants to a part of the output within half of this and run the passes over its rows
 F64_FULL_BYTES_SMALL = 640 * 1024
+#: widest row the float64 passes' per-channel constants are tiled to in small plans (see
+#: ``_requant_binding``; vww int8: 9.7 -> 7.6 MB peak growth, 1.33 -> 1.25 ms CPU in-process;
+#: ResNet-8 6.5 -> 5.5 MB, 0.79 -> 0.83 ms; 2304 would take vww to 6.4 MB but 1.38 ms)
+F64_TILE_VALUES = 4608
 SMALL_ARENA_BYTES = 128 * 1024  # vww 81 KB, ResNet-8 51 KB, kws 16 KB; iris landmark 204 KB
 
 
@@ -303,11 +307,12 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     # bytes of tiled constants: 8 a value per array, the sign term's array only when it is used
     arrays = len(consts) - (requant.qmin >= requant.zero_point) if consts is not None else 0
     width = n
-    if consts is not None and small_plan and n * 8 * arrays > cap:
-        # constants tiled to a quarter (an eighth, ...) of the output, the passes over 4 (8, ...)
-        # rows of that width, within half the cap: vww's 36864-value layer 77 -> ~59 us (widths
-        # 18432, 9216 and 4608 alike; 2304 +30 %)
-        while width % 2 == 0 and (width // 2) % c == 0 and width * 8 * arrays > cap // 2:
+    if consts is not None and small_plan and n > F64_TILE_VALUES:
+        # constants tiled to a half (a quarter, ...) of the output, the passes over 2 (4, ...)
+        # rows of that width, at most F64_TILE_VALUES wide: vww's 36864-value layer 77 -> ~59 us
+        # (widths 18432, 9216 and 4608 alike; 2304 +30 %); tiled to whole outputs, vww's
+        # constants had been 4.9 MB
+        while width % 2 == 0 and (width // 2) % c == 0 and width > F64_TILE_VALUES:
             width //= 2
     if consts is not None and width * 8 * arrays <= cap:
         def make_f64(acc, t, sg):

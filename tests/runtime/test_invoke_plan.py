@@ -555,8 +555,8 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
     skipped with its reason), every int8 tensor after each invoke equal to LiteRT's reference
     kernels, with preserve_all and the small-plan binding forced on (the preserved arena is
     larger than SMALL_ARENA_BYTES): per-channel accumulator bounds, vww's exact two-stage float64
-    layers (right shifts 11-16), the sign-free passes of RELU layers, constants tiled to a quarter
-    of a 36864-value output."""
+    layers (right shifts 11-16), the sign-free passes of RELU layers, constants tiled to at most
+    F64_TILE_VALUES (an eighth of a 36864-value output)."""
     from edgerun.ops import conv
     from tests.support.firmware_models import fetch_models_module
 
