@@ -630,3 +630,29 @@ def test_binary_adds_share_one_index_buffer_bit_exact():
         it.invoke()
         got = it.get_tensor(it.get_output_details()[0]["index"])
         np.testing.assert_array_equal(got, _litert(data, xs)[0])
+
+
+def test_eval_paths_share_scratch_keys_bit_exact(monkeypatch):
+    """With the bound calls off, the conv / depthwise layers of a DS-CNN chain run their evals,
+    the depthwise columns and accumulators in the conv layers' scratch buffers
+    (``common._SHARED_KEYS``): no ``dw.cols`` / ``dw.acc`` buffer of its own, and every invoke
+    (layers alternating on the same buffers) equals LiteRT's reference kernels."""
+    from edgerun.ops import common
+    from edgerun.ops.conv import Conv2D, DepthwiseConv2D
+
+    for cls in (Conv2D, DepthwiseConv2D):
+        monkeypatch.setattr(cls, "compile", lambda self, ins, outs: None)
+    data = _ds_cnn_chain()
+    it = Interpreter(model_content=data)
+    it.allocate_tensors()
+    rng = np.random.default_rng(5)
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    for _ in range(3):
+        x = rng.integers(-128, 128, tuple(inp["shape"])).astype(np.int8)
+        it.set_tensor(inp["index"], x)
+        it.invoke()
+        got = it.get_tensor(out["index"])
+        assert np.array_equal(got, _litert(data, [x])[0])
+        assert len(np.unique(got)) > 50
+    pool = common._SCRATCH.pool
+    assert "conv.acc" in pool and not {"dw.cols", "dw.acc", "dw.slab"} & set(pool)
