@@ -280,6 +280,11 @@ F64_FULL_BYTES_SMALL = 640 * 1024
 #: ``_requant_binding``; vww int8: 9.7 -> 7.6 MB peak growth, 1.33 -> 1.25 ms CPU in-process;
 #: ResNet-8 6.5 -> 5.5 MB, 0.79 -> 0.83 ms; 2304 would take vww to 6.4 MB but 1.38 ms)
 F64_TILE_VALUES = 4608
+#: ... and at most this many for layers of at least F64_TILE_WIDE_C channels (rows of that
+#: many values already keep numpy's inner loop long): vww 7.5 -> 5.9 MB peak growth for 1.18-1.29 ->
+#: 1.24-1.33 ms CPU in-process (+3-6 %); 2304 gave 6.4 MB and no faster
+F64_TILE_VALUES_WIDE_C = 1152
+F64_TILE_WIDE_C = 32
 SMALL_ARENA_BYTES = 128 * 1024  # vww 81 KB, ResNet-8 51 KB, kws 16 KB; iris landmark 204 KB
 
 
@@ -307,12 +312,13 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     # bytes of tiled constants: 8 a value per array, the sign term's array only when it is used
     arrays = len(consts) - (requant.qmin >= requant.zero_point) if consts is not None else 0
     width = n
-    if consts is not None and small_plan and n > F64_TILE_VALUES:
+    cap_w = F64_TILE_VALUES if c < F64_TILE_WIDE_C else F64_TILE_VALUES_WIDE_C
+    if consts is not None and small_plan and n > cap_w:
         # constants tiled to a half (a quarter, ...) of the output, the passes over 2 (4, ...)
         # rows of that width, at most F64_TILE_VALUES wide: vww's 36864-value layer 77 -> ~59 us
         # (widths 18432, 9216 and 4608 alike; 2304 +30 %); tiled to whole outputs, vww's
         # constants had been 4.9 MB
-        while width % 2 == 0 and (width // 2) % c == 0 and width > F64_TILE_VALUES:
+        while width % 2 == 0 and (width // 2) % c == 0 and width > cap_w:
             width //= 2
     if consts is not None and width * 8 * arrays <= cap:
         def make_f64(acc, t, sg):

@@ -582,7 +582,9 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
     lt.allocate_tensors()
     if name.startswith("vww"):
         assert (5, True, True) in forms and (4, True, False) in forms  # exact form; a tiled output
-    assert (4, True, True) in forms
+    # the sign-free passes of RELU layers (ResNet-8's outputs are all wider than their tile cap
+    # since F64_TILE_VALUES_WIDE_C: tiled rows there; vww's exact form above covers a whole one)
+    assert any(f[:2] == (4, True) for f in forms)
     rng = np.random.default_rng(3)
     compared = 0
     for _ in range(3):
