@@ -281,6 +281,19 @@ def _xnnpack_const_range(g: Graph, op: Op, k: int, lo: float, hi: float, out_p, 
     return min(lo, 0.0) - pad, max(hi, 0.0) + pad
 
 
+def _shared_operands(g: Graph, fops: set[int]):
+    """(op index, op, operand position) of each operand that shares its op's quantization
+    parameters (ops of kind "same": CONCATENATION, MAXIMUM, PADV2's value, ...), over quantized
+    ops only."""
+    for i, op in enumerate(g.ops):
+        if i in fops or RULES[op.op].kind != "same":
+            continue
+        shared = range(len(op.inputs)) if RULES[op.op].shared == (-1,) else RULES[op.op].shared
+        for k in shared:
+            if k < len(op.inputs):
+                yield i, op, k
+
+
 def wide_head_runs_here() -> bool:
     """Whether this machine's LiteRT runs the int16 output forms (QUANTIZE int8 -> int16, 16x8
     FULLY_CONNECTED, int16 SOFTMAX): tflite-runtime 2.14, armhf's only LiteRT, has no int8 ->
@@ -412,35 +425,25 @@ def quantize_graph(g: Graph, ranges: dict[str, tuple[float, float]], *, io_type:
             cr = class_range.setdefault(uf.find(t), [np.inf, -np.inf])
             cr[0], cr[1] = min(cr[0], lo), max(cr[1], hi)
     # constants that share a class (concat / maximum operands, PADV2 value) widen it
-    for i, op in enumerate(g.ops):
-        if i in fops or RULES[op.op].kind != "same":
-            continue
-        rule = RULES[op.op]
-        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
-        for k in shared:
-            if k < len(op.inputs) and op.inputs[k] >= 0 and not is_act[op.inputs[k]]:
-                d = g.tensors[op.inputs[k]].data
-                if d.dtype.kind == "f" and d.size:
-                    d = np.clip(d, -3e38, 3e38)
-                    cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
-                    if op.op == "PADV2" and k == 2 and float(d.min()) < -1e30:
-                        continue  # -inf padding for max pooling: the lowest int8 value
-                    cr[0], cr[1] = min(cr[0], float(d.min())), max(cr[1], float(d.max()))
+    for i, op, k in _shared_operands(g, fops):
+        if op.inputs[k] >= 0 and not is_act[op.inputs[k]]:
+            d = g.tensors[op.inputs[k]].data
+            if d.dtype.kind == "f" and d.size:
+                d = np.clip(d, -3e38, 3e38)
+                cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
+                if op.op == "PADV2" and k == 2 and float(d.min()) < -1e30:
+                    continue  # -inf padding for max pooling: the lowest int8 value
+                cr[0], cr[1] = min(cr[0], float(d.min())), max(cr[1], float(d.max()))
     # a value-moving op run at the other precision than its input (a promoted AVERAGE_POOL_2D
     # reading int8): the QUANTIZE before it converts to the op's shared parameters, so they must
     # hold the input's range too (an average's range is narrower than its input's)
-    for i, op in enumerate(g.ops):
-        if i in fops or RULES[op.op].kind != "same":
+    for i, op, k in _shared_operands(g, fops):
+        t = op.inputs[k]
+        if t < 0 or not is_act[t] or tdt.get(t, adt) == op_dt[i] or uf.find(t) not in class_range:
             continue
-        rule = RULES[op.op]
-        shared = range(len(op.inputs)) if rule.shared == (-1,) else rule.shared
-        for k in shared:
-            t = op.inputs[k] if k < len(op.inputs) else -1
-            if t < 0 or not is_act[t] or tdt.get(t, adt) == op_dt[i] or uf.find(t) not in class_range:
-                continue
-            lo, hi = class_range[uf.find(t)]
-            cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
-            cr[0], cr[1] = min(cr[0], lo), max(cr[1], hi)
+        lo, hi = class_range[uf.find(t)]
+        cr = class_range.setdefault(uf.find(op.outputs[0]), [np.inf, -np.inf])
+        cr[0], cr[1] = min(cr[0], lo), max(cr[1], hi)
     params: dict[int, tuple[float, int]] = {}
     for t in acts:
         r = uf.find(t)

@@ -511,6 +511,22 @@ def _ds_cnn_chain() -> bytes:
     return b.to_bytes()
 
 
+def _equal_to_litert_over_three_invokes(it, data: bytes, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Three random int8 inputs through the prepared ``it``: outputs equal LiteRT's reference
+    kernels and are spread (more than 50 distinct values: not saturated). Returns the last
+    (input, output)."""
+    rng = np.random.default_rng(seed)
+    inp, out = it.get_input_details()[0], it.get_output_details()[0]
+    for _ in range(3):
+        x = rng.integers(-128, 128, tuple(inp["shape"])).astype(np.int8)
+        it.set_tensor(inp["index"], x)
+        it.invoke()
+        got = it.get_tensor(out["index"])
+        assert np.array_equal(got, _litert(data, [x])[0])
+        assert len(np.unique(got)) > 50
+    return x, got
+
+
 def test_bound_layers_share_one_workspace_bit_exact(monkeypatch):
     """Bound conv / depthwise calls take their columns, accumulators and requantization work
     arrays from the plan's shared workspace (one buffer per role, the largest layer's size):
@@ -533,15 +549,7 @@ def test_bound_layers_share_one_workspace_bit_exact(monkeypatch):
     tight = Interpreter(model_content=data, memory_budget=it.memory_bytes - 1)
     with pytest.raises(EdgerunError, match="work arrays"):
         tight.allocate_tensors()
-    rng = np.random.default_rng(2)
-    inp, out = it.get_input_details()[0], it.get_output_details()[0]
-    for _ in range(3):
-        x = rng.integers(-128, 128, tuple(inp["shape"])).astype(np.int8)
-        it.set_tensor(inp["index"], x)
-        it.invoke()
-        got = it.get_tensor(out["index"])
-        assert np.array_equal(got, _litert(data, [x])[0])
-        assert len(np.unique(got)) > 50
+    x, got = _equal_to_litert_over_three_invokes(it, data, seed=2)
     from edgerun.ops.conv import Conv2D, DepthwiseConv2D
 
     for cls in (Conv2D, DepthwiseConv2D):
@@ -647,14 +655,6 @@ def test_eval_paths_share_scratch_keys_bit_exact(monkeypatch):
     data = _ds_cnn_chain()
     it = Interpreter(model_content=data)
     it.allocate_tensors()
-    rng = np.random.default_rng(5)
-    inp, out = it.get_input_details()[0], it.get_output_details()[0]
-    for _ in range(3):
-        x = rng.integers(-128, 128, tuple(inp["shape"])).astype(np.int8)
-        it.set_tensor(inp["index"], x)
-        it.invoke()
-        got = it.get_tensor(out["index"])
-        assert np.array_equal(got, _litert(data, [x])[0])
-        assert len(np.unique(got)) > 50
+    _equal_to_litert_over_three_invokes(it, data, seed=5)
     pool = common._SCRATCH.pool
     assert "conv.acc" in pool and not {"dw.cols", "dw.acc", "dw.slab"} & set(pool)
