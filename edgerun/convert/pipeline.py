@@ -289,6 +289,7 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     calibration samples, both scored against the original float model. Records what was tried in
     ``rep.calibration["equalization"]``."""
     from edgerun.convert import equalize as eq
+    from edgerun.convert.ranges import error_db
 
     g2, n = g_eq
     fb2 = g2.to_bytes("edgerun convert (float32)")
@@ -296,10 +297,8 @@ def try_equalization(g, g_eq, float_bytes: bytes, ranges, source, calib_idx, met
     e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, activations=activations, wide_head=wide_head)
     e2 = eq.int8_error(g2, r2, float_bytes, source, calib_idx, activations=activations, wide_head=wide_head)
 
-    def db(e):
-        return round(float(-10 * np.log10(max(e, 1e-15))), 2)
     keep = e2 < e1
-    rep.calibration["equalization"] = {"pairs": n, "kept": keep, "before_db": db(e1), "after_db": db(e2)}
+    rep.calibration["equalization"] = {"pairs": n, "kept": keep, "before_db": error_db(e1), "after_db": error_db(e2)}
     if not keep:
         return g, float_bytes, ranges
     if s2 is not None:
@@ -318,6 +317,7 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
 
     from edgerun.convert import adaround
     from edgerun.convert import equalize as eq
+    from edgerun.convert.ranges import error_db
 
     g2 = copy.deepcopy(g)
     corrected = bool((rep.calibration.get("range_search") or {}).get("bias_correction"))
@@ -331,8 +331,8 @@ def try_optimize(g, ranges, float_bytes: bytes, source, calib_idx, seconds: floa
                            wide_head=wide_head)
         e2 = eq.int8_error(g2, ranges, float_bytes, source, judge, samples=64, activations=activations,
                            wide_head=wide_head)
-        info["before_db"] = round(float(-10 * np.log10(max(e1, 1e-15))), 2)
-        info["after_db"] = round(float(-10 * np.log10(max(e2, 1e-15))), 2)
+        info["before_db"] = error_db(e1)
+        info["after_db"] = error_db(e2)
         info["kept"] = e2 < e1
     info["budget"] = "steps" if seconds is None else f"{seconds:g} s"
     rep.calibration["optimize"] = info
@@ -349,6 +349,7 @@ def try_wide_input(g, ranges, float_bytes: bytes, source, calib_idx, io_type: st
     ``rep.calibration["wide_input"]``."""
     from edgerun.convert import equalize as eq
     from edgerun.convert.quantize import float_ops, wide_input_ops
+    from edgerun.convert.ranges import error_db
 
     if not _wide_head(activations, io_type, target):
         return False
@@ -358,11 +359,9 @@ def try_wide_input(g, ranges, float_bytes: bytes, source, calib_idx, io_type: st
     e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES)
     e2 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES, wide_input=True)
 
-    def db(e):
-        return round(float(-10 * np.log10(max(e, 1e-15))), 2)
     keep = e2 < e1 * (1.0 - WIDE_INPUT_GAIN)
     rep.calibration["wide_input"] = {"inputs": sorted(g.tensors[t].name for t in ins), "kept": keep,
-                                     "before_db": db(e1), "after_db": db(e2)}
+                                     "before_db": error_db(e1), "after_db": error_db(e2)}
     return keep
 
 
@@ -677,15 +676,13 @@ def finish(rep: ConversionReport, out_bytes: bytes, out_path, timings, t0, valid
     from edgerun.summary import xnnpack_partitions
     m = read_model(out_bytes)
     ops: dict[str, int] = {}
-    for op in m.main.operators:
-        ops[m.op_name(op)] = ops.get(m.op_name(op), 0) + 1
-    rep.ops = ops
-    g0 = m.main
     rep.int16_ops = {}
-    for op in g0.operators:
+    for op in m.main.operators:
         name = m.op_name(op)
-        if name not in ("QUANTIZE", "DEQUANTIZE") and any(g0.tensors[o].dtype == "int16" for o in op.outputs):
+        ops[name] = ops.get(name, 0) + 1
+        if name not in ("QUANTIZE", "DEQUANTIZE") and any(m.main.tensors[o].dtype == "int16" for o in op.outputs):
             rep.int16_ops[name] = rep.int16_ops.get(name, 0) + 1
+    rep.ops = ops
     rep.transposes = ops.get("TRANSPOSE", 0)
     rep.size_bytes = len(out_bytes)
     rep.sha256 = hashlib.sha256(out_bytes).hexdigest()

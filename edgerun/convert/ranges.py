@@ -41,8 +41,7 @@ CANDIDATES = (("mse", "mse", 99.99), ("minmax", "minmax", 99.99), ("percentile99
 #: scores stop early (:func:`search`'s ``cut_short``); the choice does not depend on the order
 #: (ties aside), only the time does
 LIKELY_FIRST = "percentile99.999"
-#: samples the search scores candidates on; SEARCH_SECONDS <= 0 (``search(seconds=...)``) turns
-#: the per-tensor step off, any other value leaves it to REFINE_WORK (kept for callers)
+#: samples the search scores candidates on
 SEARCH_SAMPLES = 160
 MIN_SEARCH_SAMPLES = 48
 #: float work (multiply-accumulates of the weight layers plus one per element of every other op's
@@ -52,7 +51,6 @@ MIN_SEARCH_SAMPLES = 48
 #: how loaded the machine is (timed, it moved palm detection's sample count from 57 to 48
 #: between two runs and, with it, the winning method)
 SCORE_WORK = 16e9
-SEARCH_SECONDS = 30.0
 #: passes of empirical bias correction (:func:`edgerun.convert.corrections.empirical_correction`)
 EMPIRICAL_PASSES = 3
 #: a simulated candidate must lower the error by this fraction to replace the current one (the
@@ -69,6 +67,12 @@ SAME_RANGE = 0.01
 #: (MLPerf Tiny ResNet-8: 12 of 14 classes in one run, 94.0 % / 92.5 % top-1 in two). MLPerf Tiny
 #: ic (140 G), vww (174 G) and kws (24 G) fit; MediaPipe face detection (1.3 T) and larger do not
 REFINE_WORK = 200e9
+
+
+def error_db(score: float) -> float:
+    """A relative squared error (an int8 model's score: lower is better) as dB, rounded to 0.01
+    (higher is better), as the reports print it."""
+    return round(float(-10 * np.log10(max(score, 1e-15))), 2)
 
 
 def float_work(g) -> int:
@@ -226,7 +230,7 @@ def _per_method(g, observers, heads, percentile) -> dict[str, dict[str, tuple[fl
 
 
 def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], source, indices, *,
-           heads=frozenset(), percentile: float = 99.99, seconds: float = SEARCH_SECONDS,
+           heads=frozenset(), percentile: float = 99.99, refine: bool = True,
            samples: int = SEARCH_SAMPLES, progress=None, rival=None, wide_head: bool = True):
     """Ranges by name for ``--calib-method auto``; returns (ranges, info: what was tried and chosen),
     or (ranges, info, graph) when ``rival`` is given. ``wide_head``: score the int8 model with the
@@ -309,8 +313,7 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
                 order["idx"], order["sorted"] = [int(j) for j in np.argsort(-per, kind="stable")], True
         return combine(err)
 
-    def db(score):
-        return round(float(-10 * np.log10(max(score, 1e-15))), 2)
+    db = error_db
 
     def single_scores(pm, graph, best=None, tag="", first=None) -> dict[str, float]:
         """Each distinct candidate's score (in CANDIDATES order, so ties go as before); ``first``
@@ -340,14 +343,14 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
                         "after_db": db(min(scores2.values())), "decided_on": "best single method"}
         if keep:
             g, float_bytes, observers, per_method, scores = g2, fb2, obs2, pm2, scores2
-        t0 += time.perf_counter() - t_rival  # scoring the second graph is not the search's budget
+        t0 += time.perf_counter() - t_rival  # info['seconds'] is the search's own time, not the rival's scoring
     start = min(scores, key=lambda k: scores[k])
     info = {"method": "auto", "samples": len(data), "single_methods_db": {k: db(v) for k, v in scores.items()},
             "start": start, "classes": 0, "searched": 0, "changed": 0, "chosen": {}}
     if equalization is not None:
         info["equalization"] = equalization
     refined, sinfo = _refine(g, per_method, start, observers, data, refs, combine, float_ops(g),
-                             seconds, progress, make_interpreter)
+                             refine, progress, make_interpreter)
     info.update(sinfo)
     best, best_score = per_method[start], scores[start]
     info["result"] = start
@@ -394,9 +397,9 @@ def search(g, float_bytes: bytes, observers: dict[str, HistogramObserver], sourc
     return (dict(best), info) if rival is None else (dict(best), info, g)
 
 
-def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds, progress, make_interpreter):
+def _refine(g, per_method, start, observers, data, refs, combine, fops, refine, progress, make_interpreter):
     """The per-class search on the simulation graph, from ``per_method[start]``: over every class
-    when its work count fits :data:`REFINE_WORK`, else none (``seconds`` <= 0: none)."""
+    when its work count fits :data:`REFINE_WORK`, else none (``refine`` False: none)."""
     base = per_method[start]
     find, fixed_roots = _classes(g, fops)
     acts = [t for t in quantized_activations(g, fops) if g.tensors[t].name in base and find(t) not in fixed_roots]
@@ -405,7 +408,7 @@ def _refine(g, per_method, start, observers, data, refs, combine, fops, seconds,
     for t in acts:
         members.setdefault(cls_of[t], []).append(t)
     info = {"classes": len(members), "searched": 0, "changed": 0, "chosen": {}}
-    if not members or seconds <= 0:
+    if not members or not refine:
         return dict(base), info
     need = len(members) * (len(CANDIDATES) - 1) * len(data) * float_work(g)
     if need > REFINE_WORK:

@@ -98,7 +98,7 @@ def test_search_sample_count_comes_from_the_models_work_not_a_clock(monkeypatch,
     obs, _ = cal.collect(fb, src, range(40), use_cache=False)
     monkeypatch.setattr(rs, "SCORE_WORK", 30.5 * work)  # 30 samples fit
     monkeypatch.setattr(rs, "MIN_SEARCH_SAMPLES", 4)
-    _, info = rs.search(g, fb, obs, src, list(range(40)), heads=head_tensors(g), seconds=0.0)
+    _, info = rs.search(g, fb, obs, src, list(range(40)), heads=head_tensors(g), refine=False)
     assert info["samples"] == 30
     # a convert of the same data twice chooses the same bytes
     (tmp_path / "m.tflite").write_bytes(fb)
@@ -201,7 +201,7 @@ def test_per_tensor_search_is_bounded_by_work_not_a_clock(monkeypatch):
     need = classes * (len(rs.CANDIDATES) - 1) * len(data) * rs.float_work(g)
 
     def refine():
-        return rs._refine(g, pm, "mse", obs, data, refs, combine, float_ops(g), rs.SEARCH_SECONDS, None,
+        return rs._refine(g, pm, "mse", obs, data, refs, combine, float_ops(g), True, None,
                           make_interpreter)
     monkeypatch.setattr(rs, "REFINE_WORK", need - 1)
     _, info = refine()
