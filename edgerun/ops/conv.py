@@ -1220,22 +1220,32 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                             acc += tmp
                     self.requant(acc.reshape(rows, ow, oc), self.bias, out=out[b, y0:y0 + rows])
             return [out]
-        shape = (n, oh, ow // self.tw, self.tw * oc)
-        # float32 output: the sum is returned, so it gets its own array
-        acc = np.empty(shape, self.acc_dtype)
-        tmp = scratch("dw.tmp", shape, self.acc_dtype)
-        for i, (phase, y0, x0, wt) in enumerate(self._tap_list()):
-            src = planes[phase] if planes else xp
-            xs = src[:, y0:y0 + oh, x0:x0 + ow, :].reshape(shape)
-            if i == 0:
-                np.multiply(xs, wt, out=acc)
-            else:
-                np.multiply(xs, wt, out=tmp)
-                acc += tmp
-        flat = acc.reshape(self.out_shape)
-        flat += self.bias
-        np.clip(flat, self.lo, self.hi, out=flat)
-        return [flat]
+        # float32: the taps are summed straight into the (bound) output, a block of rows at a
+        # time, so the product scratch is a block (ACC_BYTES), not a whole output (pose
+        # detection's float graph: 1.8 MB), and no output-sized array is made per call. Each
+        # value still sums its taps in the reference's order.
+        out = self._out
+        if out is None or out.shape != self.out_shape or not out.flags.c_contiguous:
+            out = np.empty(self.out_shape, self.acc_dtype)
+        tw = self.tw
+        bh = max(1, self.ACC_BYTES // (np.dtype(self.acc_dtype).itemsize * ow * oc))
+        for b in range(n):
+            for r0 in range(0, oh, bh):
+                rows = min(bh, oh - r0)
+                shape = (rows, ow // tw, tw * oc)
+                acc = out[b, r0:r0 + rows].reshape(shape)
+                tmp = scratch("dw.tmp", shape, self.acc_dtype)
+                for i, (phase, y0, x0, wt) in enumerate(self._tap_list()):
+                    src = planes[phase] if planes else xp
+                    xs = src[b, y0 + r0:y0 + r0 + rows, x0:x0 + ow, :].reshape(shape)
+                    if i == 0:
+                        np.multiply(xs, wt, out=acc)
+                    else:
+                        np.multiply(xs, wt, out=tmp)
+                        acc += tmp
+        out += self.bias
+        np.clip(out, self.lo, self.hi, out=out)
+        return [out]
 
 
 def _transpose_conv_key(ctx) -> str:

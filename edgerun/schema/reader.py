@@ -193,7 +193,9 @@ def _read_sparsity(t: _Table | None, name: str) -> Sparsity | None:
             vt = d.table(slot_val, f"tensor '{name}' {label}")
             fmt = {np.int32: "i", np.uint16: "H", np.uint8: "B"}[tflite.SPARSE_INDEX_VECTORS[kind]]
             arr = vt.array(0, fmt, label) if vt is not None else None
-            arr = np.zeros(0, np.int32) if arr is None else arr.astype(np.int32)
+            # a view of the model buffer in its stored type (uint8 / uint16 / int32): readers widen
+            # it as they need (densify); an int32 copy had been 2.8 MB on pose detection's float graph
+            arr = np.zeros(0, np.int32) if arr is None else arr
             if label == "array_segments":
                 seg = arr
             else:

@@ -124,6 +124,19 @@ def test_depthwise_int8(case, per_channel):
     dw_spec(**DW_CASES[case]).run_int8(per_channel=per_channel, x_zp=-20)
 
 
+@pytest.mark.parametrize("case", ["3x3_s2_same_odd", "dilated_s2_dm2", "even_kernel_s3", "5x5_no_bias"])
+def test_depthwise_float_row_blocks(case, monkeypatch):
+    """float32 depthwise sums its taps into the output a block of rows at a time: one-row blocks
+    (ACC_BYTES 1) give the same bits as whole-output blocks, and match LiteRT."""
+    from edgerun.ops.conv import DepthwiseConv2D
+
+    spec = dw_spec(**DW_CASES[case])
+    whole = spec.run_float(seed=3)
+    monkeypatch.setattr(DepthwiseConv2D, "ACC_BYTES", 1)
+    rows = spec.run_float(seed=3)
+    assert rows.tobytes() == whole.tobytes()
+
+
 @pytest.mark.parametrize("act", [RELU, RELU6, RELU_N1], ids=["relu", "relu6", "relu_n1_to_1"])
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_depthwise_fused_activation(act, dtype):
