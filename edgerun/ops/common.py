@@ -447,6 +447,70 @@ class TableEval(BoundOutput):
         return np.take(table, x.view(np.uint8), mode="clip")
 
 
+#: values per ``take`` of the chunked int8 lookups: ``take`` widens its uint16 index to a new
+#: intp array (8 bytes a value), so a whole 96x96x32 tensor had cost 2.4 MB of transient memory
+#: on palm detection; a chunk keeps that at 256 KB
+TAKE_CHUNK = 1 << 15
+
+
+def chunkable(out: np.ndarray, *ins: np.ndarray) -> bool:
+    """C-contiguous arrays where ``out`` either is an input's very memory or shares none of it
+    (a chunk then reads its indices before it writes its values)."""
+    if not out.flags.c_contiguous:
+        return False
+    for x in ins:
+        if not x.flags.c_contiguous:
+            return False
+        if np.may_share_memory(out, x) and out.ctypes.data != x.ctypes.data:
+            return False
+    return True
+
+
+def trailing(shape, full) -> bool:
+    """``shape`` without its leading 1s is the trailing part of ``full`` (so an array of that
+    shape broadcasts over ``full``'s leading dimensions only)."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return len(shape) <= len(full) and tuple(full[len(full) - len(shape):]) == shape
+
+
+def chunked_take(table: np.ndarray, out: np.ndarray, x: np.ndarray, other: np.ndarray) -> None:
+    """``out = table[index]`` over C-contiguous arrays, about ``TAKE_CHUNK`` values at a time.
+
+    ``other`` uint16: row offsets (one 256-entry row of the table per distinct constant value),
+    ``index = x_bits + other``; ``other`` has ``out``'s shape or broadcasts over its leading
+    dimensions (``trailing``; e.g. one offset per channel). Otherwise ``other`` is an int8 /
+    uint8 operand of ``out``'s shape and ``index = x_bits << 8 | other_bits`` (a 64K table)."""
+    n, k = out.size, other.size
+    rows = other.dtype == np.uint16
+    xf = x.reshape(-1, k).view(np.uint8)
+    of = out.reshape(-1, k)
+    yf = other.reshape(-1, k) if rows else other.reshape(-1, k).view(np.uint8)
+    if k == n:  # same shapes: the flat arrays in chunks
+        step = min(n, TAKE_CHUNK)
+        idx = scratch("binary.index", (step,), np.uint16)
+        x1, o1, y1 = xf[0], of[0], yf[0]
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            ix = idx[:e - s]
+            if rows:
+                np.add(x1[s:e], y1[s:e], out=ix, dtype=np.uint16)
+            else:
+                np.left_shift(x1[s:e], 8, out=ix, dtype=np.uint16)
+                np.bitwise_or(ix, y1[s:e], out=ix)
+            table.take(ix, None, o1[s:e], "clip")
+        return
+    m = of.shape[0]  # rows of k values, several a chunk
+    per = max(1, TAKE_CHUNK // k)
+    idx = scratch("binary.index", (per * k,), np.uint16)
+    for r in range(0, m, per):
+        e = min(m, r + per)
+        ix = idx[:(e - r) * k].reshape(e - r, k)
+        np.add(xf[r:e], yf, out=ix, dtype=np.uint16)
+        table.take(ix, None, of[r:e], "clip")
+
+
 class Workspace:
     """Work arrays shared by the bound calls of one invoke plan (``edgerun.runtime.plan``).
 

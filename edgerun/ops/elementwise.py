@@ -44,12 +44,16 @@ import numpy as np
 from edgerun.errors import InputMismatchError, ModelFormatError
 from edgerun.ops.common import (
     QRANGE,
+    TAKE_CHUNK,
     TableEval,
     bound_arrays,
+    chunkable,
+    chunked_take,
     qparams,
     quantized_activation_range,
     round_half_away,
     scratch,
+    trailing,
 )
 from edgerun.ops.fixedpoint import (
     count_leading_sign_bits32,
@@ -262,10 +266,19 @@ class _Int8Binary(TableEval, Kernel):
     def eval(self, inputs):
         a, b = inputs
         shape = np.broadcast_shapes(a.shape, b.shape) if a.shape != b.shape else a.shape
-        index = scratch("binary.index", shape, np.uint16)
         out = self._out
         if out is None or out.shape != shape:
             out = None
+        if out is not None and out.size > TAKE_CHUNK:
+            if self.row_offsets is not None:
+                xv = inputs[self.var_input]
+                if xv.shape == shape and trailing(self.row_offsets.shape, shape) and chunkable(out, xv):
+                    chunked_take(self.rows_table, out, xv, self.row_offsets)
+                    return [out]
+            elif a.shape == b.shape == shape and chunkable(out, a, b):
+                chunked_take(self.table, out, a, b)
+                return [out]
+        index = scratch("binary.index", shape, np.uint16)
         if self.row_offsets is not None:
             np.add(inputs[self.var_input].view(np.uint8), self.row_offsets, out=index, dtype=np.uint16)
             return [np.take(self.rows_table, index, mode="clip", out=out)]

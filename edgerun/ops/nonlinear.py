@@ -24,7 +24,17 @@ import math
 import numpy as np
 
 from edgerun._util import round_half_away
-from edgerun.ops.common import INT8_BY_BITS, TableEval, int8_table, qparams, scratch
+from edgerun.ops.common import (
+    INT8_BY_BITS,
+    TAKE_CHUNK,
+    TableEval,
+    chunkable,
+    chunked_take,
+    int8_table,
+    qparams,
+    scratch,
+    trailing,
+)
 from edgerun.ops.fixedpoint import (
     INT32_MIN,
     exp_on_negative_values,
@@ -435,6 +445,11 @@ class Prelu(TableEval, Kernel):
             return [self.exact(x, alpha)]
         if self.row_offsets is None:
             return [self.lookup(self.lut, x)]
+        out = self._out
+        if (out is not None and out.shape == x.shape and out.size > TAKE_CHUNK
+                and trailing(self.row_offsets.shape, x.shape) and chunkable(out, x)):
+            chunked_take(self.lut, out, x, self.row_offsets)
+            return [out]
         idx = np.add(x.view(np.uint8), self.row_offsets, out=scratch("prelu.idx", x.shape, np.uint16))
         out = self._out
         if out is None or out.shape != x.shape:

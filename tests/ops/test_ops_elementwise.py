@@ -305,3 +305,38 @@ def test_unary_float32_special_values():
     x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, 1e-30, 88.8, -104.0], np.float32)
     for op in ("ABS", "SQRT", "RSQRT", "EXP"):
         compare_with_litert(_unary_model(op, "float32", x.shape), [x])
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB"])
+@pytest.mark.parametrize("const_shape", [None, (16,), (1, 6, 16), (2, 5, 6, 16)],
+                         ids=["two-inputs", "per-channel", "rows", "full"])
+def test_binary_int8_chunked_lookup(op, const_shape, monkeypatch):
+    """Large int8 ADD/SUB outputs look their table up a chunk at a time (TAKE_CHUNK; here 50
+    values, so chunks end mid-row and the last is short): saturating output scale, negative
+    zero points, a second operand that is an input or a constant broadcast over leading
+    dimensions; equal to LiteRT and to the unchunked lookup."""
+    from edgerun.ops import common, elementwise
+
+    shape = (2, 5, 6, 16)
+    q1, q2, qo = (0.05, -100), (0.03, 90 if op == "ADD" else -90), (0.02, -7)  # both ends saturate
+    rng = np.random.default_rng(21)
+    a = rng.integers(-128, 128, shape).astype(np.int8)
+    b = ModelBuilder()
+    x = b.input("x", shape, "int8", q1)
+    if const_shape is None:
+        z = b.input("z", shape, "int8", q2)
+        inputs = [a, rng.integers(-128, 128, shape).astype(np.int8)]
+    else:
+        z = b.const("z", rng.integers(-128, 128, const_shape).astype(np.int8), "int8", q2)
+        inputs = [a]
+    y = b.tensor("y", shape, "int8", qo)
+    b.op(op, [x, z], [y], fused_activation_function=NONE)
+    b.output(y)
+    model = b.to_bytes()
+    monkeypatch.setattr(elementwise._Int8Binary, "PLAN_MAX_VALUES", 0)  # the eval path, not a bound call
+    whole = run_edgerun(model, inputs)[0]
+    monkeypatch.setattr(common, "TAKE_CHUNK", 50)
+    monkeypatch.setattr(elementwise, "TAKE_CHUNK", 50)
+    chunked = compare_with_litert(model, inputs)[0]
+    assert chunked.tobytes() == whole.tobytes()
+    assert (chunked == 127).any() and (chunked == -128).any()

@@ -267,3 +267,23 @@ def test_softmax_int8_rows_beyond_litert_reference_limit():
     z = (x.astype(np.float64) - x.max(axis=1, keepdims=True)) * s * beta
     want = np.clip(np.round(256 * np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)) - 128, -128, 127)
     assert np.abs(got.astype(np.int64) - want).max() <= 1
+
+
+@pytest.mark.parametrize("alpha_shape", [(16,), (1, 1, 16), (8, 16), (4, 8, 16), (2, 4, 8, 16)])
+def test_prelu_int8_chunked_lookup(alpha_shape, monkeypatch):
+    """Large PRELU outputs look their rows up a chunk at a time (TAKE_CHUNK; here 50 values):
+    per-channel, per-row and full-shape alphas, negative zero points, a saturating output
+    scale; equal to LiteRT and to the unchunked lookup."""
+    from edgerun.ops import common, nonlinear
+
+    shape = (2, 4, 8, 16)
+    rng = np.random.default_rng(22)
+    alpha = rng.integers(-128, 128, alpha_shape).astype(np.int8)
+    x = all_codes(shape, seed=11, copies=int(np.prod(shape)) // 256)
+    model = single_op("PRELU", shape, "int8", (0.05, -20), (0.03, -60), alpha=alpha, alpha_quant=(0.02, -3))
+    whole = run_edgerun(model, [x])[0]
+    monkeypatch.setattr(common, "TAKE_CHUNK", 50)
+    monkeypatch.setattr(nonlinear, "TAKE_CHUNK", 50)
+    chunked = compare_with_litert(model, [x])[0]
+    assert chunked.tobytes() == whole.tobytes()
+    assert (chunked == 127).any() and (chunked == -128).any()
