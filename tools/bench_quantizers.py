@@ -74,6 +74,8 @@ sys.path.insert(0, str(ROOT))
 EDGERUN_METHODS = ("auto", "mse")
 #: edgerun's io type in every suite (``--io-type``)
 EDGERUN_IO = "float32"
+#: ``--error-sides``: edgerun rows of float .tflite models also report :func:`error_sides`
+ERROR_SIDES = False
 
 
 def edgerun_kw(label: str) -> dict:
@@ -119,6 +121,93 @@ def flips(ref: list[np.ndarray], got: list[np.ndarray]) -> dict | None:
             "median_int8_max_error": round(float(np.median(err)), 4),
             "p99_int8_max_error": round(float(np.percentile(err, 99)), 4),
             "samples_with_margin_below_p99_error": int(np.sum(margin < np.percentile(err, 99)))}
+
+
+def agreement_interval(agree_pct: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (95 % by default) of a top-1 agreement measured on ``n`` samples, in %:
+    200 held-back samples tell 98.5 % from 99.5 % only loosely."""
+    p = agree_pct / 100.0
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return round(float(100 * max(c - h, 0.0)), 2), round(float(100 * min(c + h, 1.0)), 2)
+
+
+WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+
+
+def _dequantized(t) -> np.ndarray:
+    s = t.quant.scale.astype(np.float64)
+    z = t.quant.zero_point.astype(np.float64)
+    if s.size > 1:
+        shape = [1] * t.data.ndim
+        shape[t.quant.quantized_dimension] = -1
+        s, z = s.reshape(shape), (z.reshape(shape) if z.size > 1 else z[0])
+    else:
+        s, z = s[0], z[0]
+    return ((t.data.astype(np.float64) - z) * s).astype(np.float32)
+
+
+def side_models(float_tflite: bytes, int8_model: bytes) -> dict[str, bytes] | None:
+    """Two float models that each carry one side of ``int8_model``'s quantization, matched to the
+    float model by tensor name: ``weights`` (its layers' weights as the int8 model rounds them,
+    float biases and activations) and ``activations`` (float weights and biases; each activation
+    the int8 model quantizes per tensor passes QUANTIZE -> DEQUANTIZE with the int8 model's scale,
+    zero point and type). None when no layer weight or activation matches by name."""
+    import copy
+
+    from edgerun.convert.graph import Graph, Op
+    from edgerun.convert.tflite_frontend import tflite_to_graph
+    from edgerun.ir import QuantParams
+    from edgerun.schema.reader import read_model
+
+    fg = tflite_to_graph(float_tflite)
+    q = {t.name: t for t in Graph.from_model(read_model(int8_model)).tensors}
+    wg, n_w = copy.deepcopy(fg), 0
+    for op in wg.ops:
+        if op.op not in WEIGHT_OPS or len(op.inputs) < 2:
+            continue
+        w = wg.tensors[op.inputs[1]]
+        qt = q.get(w.name)
+        if w.data is None or qt is None or qt.data is None or qt.quant is None or qt.data.shape != w.data.shape:
+            continue
+        w.data = _dequantized(qt)
+        n_w += 1
+    ag, n_a = copy.deepcopy(fg), 0
+    for ti in range(len(fg.tensors)):
+        t = ag.tensors[ti]
+        qt = q.get(t.name)
+        if (t.data is not None or t.dtype != "float32" or ti in ag.outputs or qt is None or qt.quant is None
+                or qt.quant.scale.size != 1 or str(qt.dtype) not in ("int8", "int16")):
+            continue
+        users = [k for k, op in enumerate(ag.ops) if ti in op.inputs]
+        if not users:
+            continue
+        tq = ag.tensor(t.name + "_q", t.shape, str(qt.dtype), quant=QuantParams(qt.quant.scale, qt.quant.zero_point))
+        tdq = ag.tensor(t.name + "_dq", t.shape, "float32")
+        for k in users:
+            ag.ops[k].inputs = [tdq if i == ti else i for i in ag.ops[k].inputs]
+        ag.ops[min(users):min(users)] = [Op("QUANTIZE", [ti], [tq]), Op("DEQUANTIZE", [tq], [tdq])]
+        n_a += 1
+    if not n_w or not n_a:
+        return None
+    return {"weights": wg.to_bytes("weights side"), "activations": ag.to_bytes("activations side")}
+
+
+def error_sides(float_tflite: bytes, int8_model: bytes, held, ref) -> dict | None:
+    """Worst-output SQNR and top-1 agreement of :func:`side_models` on the held-back samples
+    (``ref``: the float model's outputs on them): which side of the int8 model the error is on."""
+    from edgerun.convert.drift import Int8Runner
+
+    models = side_models(float_tflite, int8_model)
+    if models is None:
+        return None
+    out = {}
+    for side, data in models.items():
+        got = _runner_outputs(Int8Runner(data), held)
+        worst, agree = worst_output(ref, got)
+        out[side] = {"sqnr_db": round(worst, 2), "top1_agreement": agree}
+    return out
 
 
 def sqnr(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
@@ -442,6 +531,12 @@ def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, wor
             f = flips([x[0] for x in ref], [x[0].reshape(y[0].shape) for x, y in zip(got, ref)])
             if f is not None:
                 r["flips"] = f
+            if agree is not None:
+                r["top1_95ci"] = list(agreement_interval(agree, len(held)))
+        if ERROR_SIDES and tool == "edgerun convert":
+            sides = error_sides(float_tflite, data, held, ref)
+            if sides is not None:
+                r["error_sides"] = sides
         if thresholds:
             r["map_iou"], r["map_marked"] = worst_map_iou(ref, got, thresholds)
         rows.append(r)
@@ -627,6 +722,8 @@ def markdown(rows) -> str:
         if r.get("top1_agreement") is not None:
             n_flip = len(r["flips"]["flipped"]) if "flips" in r else None
             agree = f"{r['top1_agreement']:.1f} %" + (f" ({n_flip} of {r['eval_samples']} flip)" if n_flip else "")
+            if r.get("top1_95ci"):
+                agree += f" [95 % CI {r['top1_95ci'][0]:.1f}-{r['top1_95ci'][1]:.1f}]"
         iou = "-"
         if "map_iou" in r:
             iou = (f"{r['map_iou']:.1f} % ({r['map_marked']})" if r["map_iou"] is not None
@@ -634,6 +731,11 @@ def markdown(rows) -> str:
         t = f"{r['seconds']:.2f}" if r.get("seconds") is not None else "-"
         lines.append(f"| {r['model']} | {r['tool']} | {r['calibration']} | {r['sqnr_db']:.2f} | {agree} | {iou} | "
                      f"{acc} | {t} | {r['size_bytes']} |")
+        sides = r.get("error_sides")
+        if sides:
+            notes.append(f"- {r['model']}, {r['tool']} {r['calibration']}: error sides on the held-back samples: "
+                         + "; ".join(f"{k} alone {v['sqnr_db']:.2f} dB" + (f", top-1 {v['top1_agreement']:.1f} %"
+                                     if v["top1_agreement"] is not None else "") for k, v in sides.items()))
         f = r.get("flips")
         if f and f["flipped"]:
             notes.append(f"- {r['model']}, {r['tool']} {r['calibration']}: flipped held-back samples (float top-1 -> int8, "
@@ -645,7 +747,7 @@ def markdown(rows) -> str:
     if data:
         lines += ["", "Held-back inputs:", ""] + [f"- {m}: {d}" for m, d in data.items()]
     if notes:
-        lines += ["", "Flips:", ""] + notes
+        lines += ["", "Flips and error sides:", ""] + notes
     return "\n".join(lines)
 
 
@@ -666,12 +768,16 @@ def main(argv=None):
                          "1000 holds back 200")
     ap.add_argument("--only", default="", help="comma-separated substrings: only the models whose name holds one")
     ap.add_argument("--mlperf-repo", type=Path, default=None, help="git directory of a mlcommons/tiny mirror")
+    ap.add_argument("--error-sides", action="store_true",
+                    help="edgerun rows of float .tflite models: SQNR and top-1 with only the int8 weights, "
+                         "and with only the int8 activations (which side the error is on)")
     ap.add_argument("--mediapipe-dir", type=Path,
                     default=Path.home() / ".cache" / "edgerun" / "fixtures" / "mediapipe-0.10.14")
     a = ap.parse_args(argv)
     suites = [x.strip() for x in a.suite.split(",") if x.strip()]
     globals()["EDGERUN_METHODS"] = tuple(x.strip() for x in a.edgerun.split(",") if x.strip())
     globals()["EDGERUN_IO"] = a.io_type
+    globals()["ERROR_SIDES"] = a.error_sides
     only = [x.strip().lower() for x in a.only.split(",") if x.strip()] or None
     bad = [x for x in suites if x not in SUITES]
     if bad:
