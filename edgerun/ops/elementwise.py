@@ -39,6 +39,8 @@ SQRT and RSQRT of a value below the input zero point raise, as LiteRT fails the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from edgerun.errors import InputMismatchError, ModelFormatError
@@ -190,8 +192,12 @@ class _Int8Binary(TableEval, Kernel):
         self._prepare_params()
         values = _BY_BITS[dtype]
         table = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
-        self.table = table.astype(ctx.output(0).np_dtype).ravel()  # index: (bits of a) << 8 | bits of b
         self.out_shape = broadcast_shape(ctx)
+        self.small = self._prepare_small(table) if self._small_eligible() else None
+        if self.small is not None:  # no 64K table (see Int8AddSub)
+            self.table = self.row_offsets = None
+            return [self.out_shape]
+        self.table = table.astype(ctx.output(0).np_dtype).ravel()  # index: (bits of a) << 8 | bits of b
         b = ctx.const(1)
         if (type(self).eval is _Int8Binary.eval and b is not None and b.size
                 and tuple(ctx.input_shape(0)) == self.out_shape and (b == b.flat[0]).all()):
@@ -228,6 +234,8 @@ class _Int8Binary(TableEval, Kernel):
     def compile(self, ins, outs):
         """The invoke plan's bound call: index = a << 8 | b into the node's own buffer, then one
         ``take``; None (the ``eval`` path) for run-time checks (DIV) or large outputs."""
+        if self.small is not None:
+            return self._compile_small(ins, outs)
         a, b = ins
         out = outs[0]
         if (type(self).eval is not _Int8Binary.eval or a is None or b is None or out is None
@@ -256,6 +264,44 @@ class _Int8Binary(TableEval, Kernel):
             return call
         return bound_arrays([("binary.index", out.shape, np.uint16)], build)
 
+    def _small_eligible(self) -> bool:
+        return False
+
+    def _compile_small(self, ins, outs):
+        """The bound call of the small-output form (same-shape operands only)."""
+        a, b = ins
+        out = outs[0]
+        if (a is None or b is None or out is None or not (a.shape == b.shape == out.shape == self.out_shape)
+                or not out.flags.c_contiguous):
+            return None
+        t1, t2, k, tb, yb = self.small
+        av, bv, shape = a.view(np.uint8), b.view(np.uint8), out.shape
+        add, shr, ge = np.add, np.right_shift, np.greater_equal
+
+        def build(s, j, u, m):
+            def call():
+                t1.take(av, None, s, "clip")
+                t2.take(bv, None, j, "clip")
+                add(s, j, out=s)
+                shr(s, k, out=j)
+                tb.take(j, None, u, "clip")
+                ge(s, u, out=m)
+                yb.take(j, None, out, "clip")
+                add(out, m, out=out, casting="unsafe")
+            return call
+        return bound_arrays([("add.sum", shape, np.int32), ("add.bucket", shape, np.int32),
+                             ("add.threshold", shape, np.int32), ("add.step", shape, np.bool_)], build)
+
+    def _eval_small_op(self, inputs):
+        a, b = inputs
+        out = self._out
+        if out is None or out.shape != self.out_shape or a.shape != b.shape:
+            out = None
+        return [self._eval_small(self.small, a, b, out)]
+
+    def _prepare_small(self, table: np.ndarray):
+        raise NotImplementedError
+
     def _prepare_params(self) -> None:
         raise NotImplementedError
 
@@ -264,6 +310,8 @@ class _Int8Binary(TableEval, Kernel):
         raise NotImplementedError
 
     def eval(self, inputs):
+        if self.small is not None:
+            return self._eval_small_op(inputs)
         a, b = inputs
         shape = np.broadcast_shapes(a.shape, b.shape) if a.shape != b.shape else a.shape
         out = self._out
@@ -313,6 +361,71 @@ class Int8AddSub(_Int8Binary):
         x2 = _mbqm((b - self.z2) << self.LEFT_SHIFT, *self.m2)
         return _mbqm(x1 + self.sign * x2, *self.mo) + self.zo
 
+    #: two variable operands and outputs up to this many values: no 64K table (64 KB a node;
+    #: iris landmark has 26 ADDs) but two 256-entry int32 tables and a bucketed output map
+    #: (``_prepare_small``), about 3x the lookup's time a value, which small outputs can afford
+    SMALL_MAX_VALUES = 10000
+
+    def _small_eligible(self) -> bool:
+        ctx = self.ctx
+        return (ctx.const(0) is None and ctx.const(1) is None
+                and math.prod(self.out_shape) <= self.SMALL_MAX_VALUES)
+
+    def _prepare_small(self, table: np.ndarray):
+        """The op as ``out = yb[j] + (s >= thr[j])``, ``j = s >> k``, over the exact int32 sum
+        ``s = T1[a] + T2[b]`` of the two rescaled operands (each a function of one int8 value).
+        The output requantization is monotone in ``s``, so each output value starts at one
+        threshold; buckets of 2^k sums, 2^k no wider than the closest two thresholds, hold at
+        most one. Checked against the 64K table on all input pairs; None (keep the table) when
+        two thresholds coincide, the buckets would be many, or the check against ``table`` (the
+        op on every input pair, 256 x 256) fails."""
+        values = _BY_BITS[self.ctx.input(0).dtype]
+        t1 = _mbqm((values - self.z1) << self.LEFT_SHIFT, *self.m1)
+        t2 = self.sign * _mbqm((values - self.z2) << self.LEFT_SHIFT, *self.m2)
+        smin, smax = int(t1.min() + t2.min()), int(t1.max() + t2.max())
+
+        def f(x):
+            return np.clip(_mbqm(np.asarray(x, np.int64), *self.mo) + self.zo, self.lo, self.hi)
+
+        # thresholds: the least sum reaching each output value (vectorized bisection)
+        want = np.arange(self.lo + 1, self.hi + 1, dtype=np.int64)
+        lo = np.full(want.shape, smin, np.int64)
+        hi = np.full(want.shape, smax + 1, np.int64)
+        while (lo < hi).any():
+            mid = (lo + hi) // 2
+            up = f(mid) >= want
+            hi = np.where(up, mid, hi)
+            lo = np.where(up, lo, mid + 1)
+        thr = lo[(lo > smin) & (lo <= smax)] - smin  # inside the reachable sums, from 0
+        if thr.size > 1 and (np.diff(thr) == 0).any():  # (np.unique would import numpy.ma: 0.5 MB)
+            return None  # the output steps by 2 or more somewhere
+        gap = int(np.diff(thr).min()) if thr.size > 1 else smax - smin + 1
+        k = min(30, gap.bit_length() - 1)  # 2^k <= gap
+        # buckets from the one holding thr[0] - 1 to the one holding thr[-1]: sums outside are
+        # clipped onto the end buckets by take's "clip" mode, where the output is constant
+        j0 = int(thr[0] - 1) >> k if thr.size else 0
+        nb = (int(thr[-1]) >> k) - j0 + 1 if thr.size else 1
+        if nb > 4096:
+            return None
+        base = smin + (j0 << k)
+        yb = f(base + (np.arange(nb, dtype=np.int64) << k)).astype(self.ctx.output(0).np_dtype)
+        tb = np.full(nb, np.iinfo(np.int32).max, np.int64)
+        inner = thr[(thr & ((1 << k) - 1)) != 0] - (j0 << k)  # a threshold on a bucket's start is in yb
+        tb[inner >> k] = inner
+        small = ((t1 - base).astype(np.int32), t2.astype(np.int32), k, tb.astype(np.int32), yb)
+        bits = np.arange(256, dtype=np.uint8)
+        if not np.array_equal(self._eval_small(small, bits[:, None], bits[None, :]), table):
+            return None
+        return small
+
+    @staticmethod
+    def _eval_small(small, a, b, out=None):
+        t1, t2, k, tb, yb = small
+        s = t1.take(a.view(np.uint8), mode="clip") + t2.take(b.view(np.uint8), mode="clip")
+        j = s >> k
+        y = yb.take(j, mode="clip", out=out)
+        y += s >= tb.take(j, mode="clip")
+        return y
 
 @register("SQUARED_DIFFERENCE", "int8")
 class Int8SquaredDifference(_Int8Binary):

@@ -340,3 +340,36 @@ def test_binary_int8_chunked_lookup(op, const_shape, monkeypatch):
     chunked = compare_with_litert(model, inputs)[0]
     assert chunked.tobytes() == whole.tobytes()
     assert (chunked == 127).any() and (chunked == -128).any()
+
+
+SMALL_CASES = [("int8", "ADD", (0.05, -100), (0.03, 90), (0.02, -7), NONE),  # both ends saturate
+               ("int8", "SUB", (0.05, -100), (0.03, -90), (0.02, -7), NONE),
+               ("int8", "ADD", (0.1, 3), (0.02, -128), (0.05, -120), RELU),
+               ("int8", "SUB", (0.004, -1), (0.2, 50), (0.03, -100), RELU6),
+               ("int8", "ADD", (0.02, 0), (0.03, 5), (0.01, -28), RELU_N1),  # mostly saturated
+               ("uint8", "ADD", (0.05, 120), (0.08, 135), (0.1, 128), NONE),
+               ("uint8", "SUB", (0.2, 128), (0.15, 128), (0.05, 128), RELU6)]
+
+
+@pytest.mark.parametrize("dtype,op,q1,q2,qo,act", SMALL_CASES)
+@pytest.mark.parametrize("layout", ["broadcast", "same-shape"])
+def test_add_sub_small_outputs_without_64k_table(dtype, op, q1, q2, qo, act, layout, monkeypatch):
+    """ADD/SUB of two variable operands with small outputs run from two 256-entry tables and a
+    bucketed output map instead of the 64K table: every input pair (as a broadcast, the eval
+    path; as two same-shape tensors, the invoke plan's bound call) equals LiteRT."""
+    from edgerun.ops.elementwise import Int8AddSub
+    from edgerun.runtime.interpreter import Interpreter
+
+    monkeypatch.setattr(Int8AddSub, "SMALL_MAX_VALUES", 1 << 16)
+    codes = np.arange(256, dtype=np.uint8).view(np.int8) if dtype == "int8" else np.arange(256, dtype=np.uint8)
+    if layout == "broadcast":
+        a, b = codes.reshape(256, 1), codes.reshape(1, 256)
+    else:
+        a, b = np.repeat(codes, 256).reshape(256, 256), np.tile(codes, 256).reshape(256, 256)
+    model = _binary_model(op, dtype, a.shape, b.shape, q1, q2, qo, act)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    kernel = it._runners[0].steps[0].kernel
+    assert kernel.small is not None and kernel.table is None
+    got = compare_with_litert(model, [a, b])[0]
+    assert len(np.unique(got)) >= 20

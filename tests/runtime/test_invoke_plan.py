@@ -614,10 +614,17 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
     assert compared > 30
 
 
-def test_binary_adds_share_one_index_buffer_bit_exact():
+@pytest.mark.parametrize("small", [False, True], ids=["64k-table", "small-form"])
+def test_binary_adds_share_one_index_buffer_bit_exact(small, monkeypatch):
     """Two chained ADDs of run-time tensors (one with a residual of the input): their bound calls
     take the uint16 index array from the plan's shared workspace (one ``binary.index`` buffer,
-    not one per node), and every invoke equals LiteRT's reference kernels."""
+    not one per node), and every invoke equals LiteRT's reference kernels. Outputs this small
+    run without the 64K table by default (Int8AddSub.SMALL_MAX_VALUES): then the two nodes share
+    that form's four work arrays (3 int32 and a bool per value) instead."""
+    from edgerun.ops.elementwise import Int8AddSub
+
+    if not small:
+        monkeypatch.setattr(Int8AddSub, "SMALL_MAX_VALUES", 0)
     b = ModelBuilder()
     x1 = b.input("x1", (1, 6, 8), "int8", (0.05, 2))
     x2 = b.input("x2", (1, 6, 8), "int8", (0.1, 0))
@@ -631,7 +638,8 @@ def test_binary_adds_share_one_index_buffer_bit_exact():
     it.allocate_tensors()
     assert len(it.plan_calls()) == 2  # two bound calls, no fused chain
     # one 96-byte index buffer (plus its alignment room) in the workspace for both nodes
-    assert 0 < it.workspace_bytes <= 6 * 8 * 2 + 64
+    per_value = 3 * 4 + 1 if small else 2
+    assert 0 < it.workspace_bytes <= (6 * 8 * per_value) + (4 if small else 1) * 64
     rng = np.random.default_rng(4)
     for _ in range(3):
         xs = [rng.integers(-128, 128, (1, 6, 8)).astype(np.int8) for _ in range(2)]
