@@ -134,6 +134,10 @@ def agreement_interval(agree_pct: float, n: int, z: float = 1.96) -> tuple[float
 
 
 WEIGHT_OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV")
+#: the largest relative difference (L2) between a layer's float and dequantized int8 weights that
+#: is rounding and clipping (per-channel int8 with scales down to 0.8 of max |w|: a few %), not a
+#: rescaled layer
+SAME_WEIGHTS = 0.1
 
 
 def _dequantized(t) -> np.ndarray:
@@ -148,12 +152,16 @@ def _dequantized(t) -> np.ndarray:
     return ((t.data.astype(np.float64) - z) * s).astype(np.float32)
 
 
-def side_models(float_tflite: bytes, int8_model: bytes) -> dict[str, bytes] | None:
+def side_models(float_tflite: bytes, int8_model: bytes, weights=None, activations=None) -> dict[str, bytes] | None:
     """Two float models that each carry one side of ``int8_model``'s quantization, matched to the
     float model by tensor name: ``weights`` (its layers' weights as the int8 model rounds them,
     float biases and activations) and ``activations`` (float weights and biases; each activation
     the int8 model quantizes per tensor passes QUANTIZE -> DEQUANTIZE with the int8 model's scale,
-    zero point and type). None when no layer weight or activation matches by name."""
+    zero point and type). None when no layer weight or activation matches by name, or when a
+    layer's int8 weights are not its float weights rounded (relative difference above
+    SAME_WEIGHTS: cross-layer equalization rescaled its channels, and the activations with them).
+    ``weights`` / ``activations``: only the layers (named by weight tensor) / activations (named by
+    tensor) in these sets take the int8 model's rounding (None: all)."""
     import copy
 
     from edgerun.convert.graph import Graph, Op
@@ -171,8 +179,12 @@ def side_models(float_tflite: bytes, int8_model: bytes) -> dict[str, bytes] | No
         qt = q.get(w.name)
         if w.data is None or qt is None or qt.data is None or qt.quant is None or qt.data.shape != w.data.shape:
             continue
-        w.data = _dequantized(qt)
-        n_w += 1
+        wq = _dequantized(qt)
+        if np.linalg.norm(wq - w.data) > SAME_WEIGHTS * np.linalg.norm(w.data):
+            return None  # not the float weights rounded: rescaled (cross-layer equalization) or another model
+        if weights is None or w.name in weights:
+            w.data = wq
+            n_w += 1
     ag, n_a = copy.deepcopy(fg), 0
     for ti in range(len(fg.tensors)):
         t = ag.tensors[ti]
@@ -181,7 +193,7 @@ def side_models(float_tflite: bytes, int8_model: bytes) -> dict[str, bytes] | No
                 or qt.quant.scale.size != 1 or str(qt.dtype) not in ("int8", "int16")):
             continue
         users = [k for k, op in enumerate(ag.ops) if ti in op.inputs]
-        if not users:
+        if not users or (activations is not None and t.name not in activations):
             continue
         tq = ag.tensor(t.name + "_q", t.shape, str(qt.dtype), quant=QuantParams(qt.quant.scale, qt.quant.zero_point))
         tdq = ag.tensor(t.name + "_dq", t.shape, "float32")
@@ -194,19 +206,32 @@ def side_models(float_tflite: bytes, int8_model: bytes) -> dict[str, bytes] | No
     return {"weights": wg.to_bytes("weights side"), "activations": ag.to_bytes("activations side")}
 
 
-def error_sides(float_tflite: bytes, int8_model: bytes, held, ref) -> dict | None:
+def error_sides(float_tflite: bytes, int8_model: bytes, held, ref, breakdown: bool = False) -> dict | None:
     """Worst-output SQNR and top-1 agreement of :func:`side_models` on the held-back samples
-    (``ref``: the float model's outputs on them): which side of the int8 model the error is on."""
+    (``ref``: the float model's outputs on them): which side of the int8 model the error is on.
+    ``breakdown``: also each layer's weights alone and each activation alone (``per_weight``,
+    ``per_activation``: name -> figures), one float model each."""
     from edgerun.convert.drift import Int8Runner
+    from edgerun.convert.graph import Graph
+    from edgerun.schema.reader import read_model
 
     models = side_models(float_tflite, int8_model)
     if models is None:
         return None
-    out = {}
-    for side, data in models.items():
-        got = _runner_outputs(Int8Runner(data), held)
-        worst, agree = worst_output(ref, got)
-        out[side] = {"sqnr_db": round(worst, 2), "top1_agreement": agree}
+
+    def figures(data):
+        worst, agree = worst_output(ref, _runner_outputs(Int8Runner(data), held))
+        return {"sqnr_db": round(worst, 2), "top1_agreement": agree}
+
+    out = {side: figures(data) for side, data in models.items()}
+    if breakdown:
+        sides = {k: Graph.from_model(read_model(v)) for k, v in models.items()}
+        wnames = [sides["weights"].tensors[op.inputs[1]].name for op in sides["weights"].ops if op.op in WEIGHT_OPS]
+        anames = [sides["activations"].tensors[op.inputs[0]].name for op in sides["activations"].ops
+                  if op.op == "QUANTIZE"]
+        out["per_weight"] = {n: figures(side_models(float_tflite, int8_model, weights={n})["weights"]) for n in wnames}
+        out["per_activation"] = {n: figures(side_models(float_tflite, int8_model, activations={n})["activations"])
+                                 for n in anames}
     return out
 
 
@@ -534,7 +559,7 @@ def bench_float_tflite(label: str, float_tflite: bytes, samples: np.ndarray, wor
             if agree is not None:
                 r["top1_95ci"] = list(agreement_interval(agree, len(held)))
         if ERROR_SIDES and tool == "edgerun convert":
-            sides = error_sides(float_tflite, data, held, ref)
+            sides = error_sides(float_tflite, data, held, ref, breakdown=ERROR_SIDES == "breakdown")
             if sides is not None:
                 r["error_sides"] = sides
         if thresholds:
@@ -735,7 +760,13 @@ def markdown(rows) -> str:
         if sides:
             notes.append(f"- {r['model']}, {r['tool']} {r['calibration']}: error sides on the held-back samples: "
                          + "; ".join(f"{k} alone {v['sqnr_db']:.2f} dB" + (f", top-1 {v['top1_agreement']:.1f} %"
-                                     if v["top1_agreement"] is not None else "") for k, v in sides.items()))
+                                     if v["top1_agreement"] is not None else "") for k, v in sides.items()
+                                     if k in ("weights", "activations")))
+            for part in ("per_weight", "per_activation"):
+                if part in sides:
+                    worst = sorted(sides[part].items(), key=lambda kv: kv[1]["sqnr_db"])[:5]
+                    notes.append(f"  - {part.replace('_', ' ')} alone, the 5 worst: " + "; ".join(
+                        f"{n[:48]} {v['sqnr_db']:.2f} dB" for n, v in worst))
         f = r.get("flips")
         if f and f["flipped"]:
             notes.append(f"- {r['model']}, {r['tool']} {r['calibration']}: flipped held-back samples (float top-1 -> int8, "
@@ -771,13 +802,16 @@ def main(argv=None):
     ap.add_argument("--error-sides", action="store_true",
                     help="edgerun rows of float .tflite models: SQNR and top-1 with only the int8 weights, "
                          "and with only the int8 activations (which side the error is on)")
+    ap.add_argument("--error-breakdown", action="store_true",
+                    help="--error-sides, and each layer's int8 weights alone and each int8 activation alone "
+                         "(one held-back run per layer and per activation)")
     ap.add_argument("--mediapipe-dir", type=Path,
                     default=Path.home() / ".cache" / "edgerun" / "fixtures" / "mediapipe-0.10.14")
     a = ap.parse_args(argv)
     suites = [x.strip() for x in a.suite.split(",") if x.strip()]
     globals()["EDGERUN_METHODS"] = tuple(x.strip() for x in a.edgerun.split(",") if x.strip())
     globals()["EDGERUN_IO"] = a.io_type
-    globals()["ERROR_SIDES"] = a.error_sides
+    globals()["ERROR_SIDES"] = "breakdown" if a.error_breakdown else a.error_sides
     only = [x.strip().lower() for x in a.only.split(",") if x.strip()] or None
     bad = [x for x in suites if x not in SUITES]
     if bad:

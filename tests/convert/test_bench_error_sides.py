@@ -74,9 +74,28 @@ def test_error_sides_split_the_int8_error_into_weights_and_activations(tmp_path)
     # rest of the whole is the kernels' fixed-point arithmetic and the int32 biases, on neither side)
     assert e_w + e_a < 1.2 * e_full, (e_w, e_a, e_full)
 
-    out = bq.error_sides(fb, qb, held, ref)
-    assert set(out) == {"weights", "activations"}
+    out = bq.error_sides(fb, qb, held, ref, breakdown=True)
+    assert set(out) == {"weights", "activations", "per_weight", "per_activation"}
+    assert len(out["per_weight"]) == n and len(out["per_activation"]) == len(pairs)
+    # one layer's (one tensor's) rounding alone: a finite error (something was rounded), above
+    # the whole side's figure or near it (errors may partly cancel), and the worst of them within
+    # 10 dB of the side (the side's error is made of them)
+    for part, side in (("per_weight", "weights"), ("per_activation", "activations")):
+        figs = [v["sqnr_db"] for v in out[part].values()]
+        assert all(np.isfinite(f) for f in figs), (part, figs)
+        assert out[side]["sqnr_db"] - 3.0 <= min(figs) <= out[side]["sqnr_db"] + 10.0, (part, figs, out[side])
     assert abs(out["weights"]["sqnr_db"] - bq.worst_output(ref, bq._runner_outputs(Int8Runner(sides["weights"]), held))[0]) < 0.01
+
+
+def test_error_sides_refuse_weights_that_are_not_the_float_ones_rounded(tmp_path):
+    """An int8 model whose layer was rescaled (cross-layer equalization does that) has no one-sided
+    split against the float model: substituting its weights would score a different model."""
+    fb, qb, _ = _models(tmp_path)
+    assert bq.side_models(fb, qb) is not None
+    g = Graph.from_model(read_model(qb))
+    op = next(op for op in g.ops if op.op == "CONV_2D")
+    g.tensors[op.inputs[1]].quant.scale = g.tensors[op.inputs[1]].quant.scale * 2  # the layer's weights x2
+    assert bq.side_models(fb, g.to_bytes("rescaled")) is None
 
 
 def test_agreement_interval():
