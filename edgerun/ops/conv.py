@@ -536,9 +536,10 @@ class Conv2D(BoundOutput, Kernel):
 
     #: float32 copies of int8 filters up to this size are kept (fast small layers); larger ones
     #: are widened per eval from the int8 model buffer into bounded scratch, in blocks of
-    #: output channels of about ``WIDEN_BYTES``
+    #: output channels of about ``WIDEN_BYTES`` (256 KB: the scratch of face landmark int8 had
+    #: held a 512 KB widened filter; 0.3 MB less resident there, CPU time within noise)
     KEEP_FLOAT_BYTES = 64 * 1024
-    WIDEN_BYTES = 1 << 19
+    WIDEN_BYTES = 1 << 18
     #: ... but only when the layer has this many output pixels: the widening (about 0.4 ns a
     #: weight) then costs at most about half of the GEMM it feeds; with fewer pixels (a GEMV
     #: such as MobileNet's 1x1 classifier) only filters above ``KEEP_FLOAT_BYTES_FEW_ROWS`` are

@@ -414,8 +414,10 @@ class Int8AddSub(_Int8Binary):
         tb[inner >> k] = inner
         small = ((t1 - base).astype(np.int32), t2.astype(np.int32), k, tb.astype(np.int32), yb)
         bits = np.arange(256, dtype=np.uint8)
-        if not np.array_equal(self._eval_small(small, bits[:, None], bits[None, :]), table):
-            return None
+        for a0 in range(0, 256, 16):  # 16 rows at a time: small temporaries at prepare
+            if not np.array_equal(self._eval_small(small, bits[a0:a0 + 16, None], bits[None, :]),
+                                  table[a0:a0 + 16]):
+                return None
         return small
 
     @staticmethod
