@@ -569,13 +569,32 @@ class Conv2D(BoundOutput, Kernel):
         if k > self.chunk:
             # a reduction too long for one exact float32 GEMM: exact float32 partial products
             # per chunk of K (filter columns widened chunk by chunk), summed in float64
-            total = None
-            for k0 in range(0, k, self.chunk):
-                wb = w8[:, k0:k0 + self.chunk]
-                wf = scratch("weights.wide", wb.shape, np.float32)
-                np.copyto(wf, wb, casting="unsafe")
-                part = np.matmul(cols[:, k0:k0 + self.chunk], wf.T).astype(np.float64)
-                total = part if total is None else np.add(total, part, out=total)
+            # (widened in blocks of output channels too, so the scratch stays at WIDEN_BYTES:
+            # pose detection's 192x1152 filter had taken 0.8 MB; each value still sums its
+            # chunks in order)
+            c = self.chunk
+            step = max(1, self.WIDEN_BYTES // (4 * min(k, c)))
+            if step >= o:
+                total = None
+                for k0 in range(0, k, c):
+                    wb = w8[:, k0:k0 + c]
+                    wf = scratch("weights.wide", wb.shape, np.float32)
+                    np.copyto(wf, wb, casting="unsafe")
+                    part = np.matmul(cols[:, k0:k0 + c], wf.T).astype(np.float64)
+                    total = part if total is None else np.add(total, part, out=total)
+                return total
+            total = np.empty((cols.shape[0], o), np.float64)
+            for o0 in range(0, o, step):
+                tb = total[:, o0:o0 + step]
+                for k0 in range(0, k, c):
+                    wb = w8[o0:o0 + step, k0:k0 + c]
+                    wf = scratch("weights.wide", wb.shape, np.float32)
+                    np.copyto(wf, wb, casting="unsafe")
+                    part = np.matmul(cols[:, k0:k0 + c], wf.T)
+                    if k0 == 0:
+                        np.copyto(tb, part)
+                    else:
+                        np.add(tb, part, out=tb)
             return total
         step = max(1, self.WIDEN_BYTES // (4 * k))
         if step >= o:
@@ -901,6 +920,9 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             self._taps = taps
         return self._taps
 
+    #: the einsum path's window columns per block of output rows
+    EINSUM_COLS_BYTES = 1 << 18
+
     #: int8 outputs with at least this many channels copy each row block's windows into float
     #: columns and sum the taps with one einsum (fewer passes than a multiply-add per tap);
     #: fewer channels make einsum's inner loop too short, so the tap loop stays
@@ -1177,19 +1199,29 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             # einsum runs faster on a contiguous copy of the windows than on the strided view
             # (25x5x64 3x3: 23 instead of 35 us), whatever the channel count
             view = self._windows(xp, x)
-            cols = scratch("dw.cols", view.shape, self.dtype)
-            np.copyto(cols, view)
             n, oh, ow, kh, kw, oc = view.shape
-            m = n * oh * ow
-            acc = np.einsum("pkc,kc->pc", cols.reshape(m, kh * kw, oc), self.wf.reshape(kh * kw, oc),
-                            out=scratch("dw.acc", (m, oc), self.dtype))
             out = self._out
             if out is None or out.shape != self.out_shape:
                 out = np.empty(self.out_shape, np.int8)
-            o2 = out.reshape(m, oc)
-            res = self.requant(acc, self.bias, out=o2)
-            if res is not o2:
-                np.copyto(o2, res)
+            # window columns of at most EINSUM_COLS_BYTES a block of output rows (palm
+            # detection's 6x6x256 5x5 layer had copied 0.9 MB of them at once); the sums are
+            # exact, so blocks do not change them
+            bh = max(1, self.EINSUM_COLS_BYTES // (np.dtype(self.dtype).itemsize * ow * kh * kw * oc))
+            if n == 1 and bh >= oh:
+                blocks = [(view.reshape(1, *view.shape[1:]), out.reshape(-1, oc))]
+            else:
+                blocks = [(view[b:b + 1, r0:r0 + bh], out[b, r0:r0 + bh].reshape(-1, oc))
+                          for b in range(n) for r0 in range(0, oh, bh)]
+            wk = self.wf.reshape(kh * kw, oc)
+            for v, o2 in blocks:
+                cols = scratch("dw.cols", v.shape, self.dtype)
+                np.copyto(cols, v)
+                m = o2.shape[0]
+                acc = np.einsum("pkc,kc->pc", cols.reshape(m, kh * kw, oc), wk,
+                                out=scratch("dw.acc", (m, oc), self.dtype))
+                res = self.requant(acc, self.bias, out=o2)
+                if res is not o2:
+                    np.copyto(o2, res)
             return [out]
         if self.quantized and self.out_shape[3] >= self.COLS_MIN_CHANNELS:
             return [self._eval_int8_cols(xp, x)]

@@ -292,3 +292,32 @@ def test_hybrid_runs_and_dynamic_shapes_are_refused():
     b.output(y)
     with pytest.raises(UnsupportedOpError, match="output_shape must be a constant"):
         Interpreter(model_content=b.to_bytes()).allocate_tensors()
+
+
+@pytest.mark.parametrize("x_shape,kh,stride", [((2, 9, 7, 32), 3, (1, 1)), ((1, 12, 11, 24), 5, (2, 2))])
+def test_depthwise_int8_einsum_path_row_blocks(x_shape, kh, stride, monkeypatch):
+    """The int8 einsum path copies its window columns a block of output rows at a time
+    (EINSUM_COLS_BYTES; 1 here: one row a block, batch 2 and a strided 5x5 included): the
+    same bits as one whole-output block, and LiteRT's."""
+    from edgerun.ops.conv import DepthwiseConv2D
+
+    monkeypatch.setattr(DepthwiseConv2D, "compile", lambda self, ins, outs: None)  # the eval path
+    spec = dw_spec(x_shape, 1, kh, kh, stride=stride, seed=6)
+    whole = spec.run_int8(seed=2, x_zp=-7)
+    monkeypatch.setattr(DepthwiseConv2D, "EINSUM_COLS_BYTES", 1)
+    rows = spec.run_int8(seed=2, x_zp=-7)
+    assert rows.tobytes() == whole.tobytes()
+
+
+def test_conv_int8_long_filter_widened_in_channel_blocks(monkeypatch):
+    """A filter too long for one exact float32 GEMM (3x3x160 > the exact chunk) whose widened
+    chunks exceed WIDEN_BYTES is widened a block of output channels at a time, each value
+    summing its chunks in order: the same bits as whole-chunk widening, and LiteRT's."""
+    from edgerun.ops.conv import Conv2D
+
+    monkeypatch.setattr(Conv2D, "compile", lambda self, ins, outs: None)  # the eval path
+    spec = conv_spec((1, 8, 8, 160), 40, 3, 3, seed=8)
+    whole = spec.run_int8(seed=1, x_zp=5)
+    monkeypatch.setattr(Conv2D, "WIDEN_BYTES", 4 * 1200 * 7)  # 7 output channels a block
+    blocks = spec.run_int8(seed=1, x_zp=5)
+    assert blocks.tobytes() == whole.tobytes()
