@@ -352,8 +352,10 @@ def _requant_bounded_class():
         more with no left shift to spare) takes the base class's int64 path.
         """
 
-        #: values per float32 pass: the work arrays stay in the core's L2 cache
-        SUB = 1 << 16
+        #: values per float32 pass: the work arrays stay in the core's L2 cache (32K: the
+        #: float32, sign, byte and mask work arrays had held 0.6 MB at 64K; face landmark, pose
+        #: and iris int8 0.4-0.6 MB less resident, CPU -1 to +2 % in-process, pose once +5 %)
+        SUB = 1 << 15
         #: fewer values take the base class's path: its fixed cost per call is lower (isolated
         #: break-even at 6-8K values: 20.7 against 28.4 us at 4096, 38.0 against 30.4 us at 8192;
         #: inside whole models, kws and vww ran 3-7 % faster with the limit at 16K than at 6K)
