@@ -169,10 +169,12 @@ def equalized_copy(g):
 
 
 def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32, activations: str = "int8",
-               **quantize_kw) -> float:
+               flips: list | None = None, **quantize_kw) -> float:
     """The int8 model's error on up to ``samples`` of ``source[indices]``: the worst output's
     squared error relative to its float energy (lower is better). ``quantize_kw`` go to
-    :func:`edgerun.convert.quantize.quantize_graph` (``wide_input``)."""
+    :func:`edgerun.convert.quantize.quantize_graph` (``wide_input``, ``wide_head``). ``flips``: a
+    list that gets, per sample, whether a top-1 (argmax of an output of 2+ values) differs from
+    the float model's."""
     from edgerun.convert.drift import Int8Runner
     from edgerun.convert.quantize import quantize_graph
     from edgerun.litert import make_interpreter
@@ -194,6 +196,8 @@ def int8_error(g, ranges, float_bytes: bytes, source, indices, samples: int = 32
         outs = run(smp)
         if err is None:
             err, sig = [0.0] * len(refs), [0.0] * len(refs)
+        if flips is not None:
+            flips.append(sum(r.size > 1 and int(np.argmax(o)) != int(np.argmax(r)) for o, r in zip(outs, refs)) > 0)
         for k, (o, r) in enumerate(zip(outs, refs)):
             d = o.astype(np.float64).reshape(r.shape) - r
             err[k] += float(np.sum(d * d))

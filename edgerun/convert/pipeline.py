@@ -356,6 +356,10 @@ def try_wide_input(g, ranges, float_bytes: bytes, source, calib_idx, io_type: st
     _, ins = wide_input_ops(g, float_ops(g), io_type)
     if not ins or not calib_idx:
         return False
+    if target and _target_name(target) in DELEGATE_INT8_TARGETS:
+        rep.calibration["wide_input"] = {"inputs": sorted(g.tensors[t].name for t in ins), "kept": False,
+                                         "why": f"not tried on '{_target_name(target)}': 16x8 runs outside XNNPACK"}
+        return False
     e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES)
     e2 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES, wide_input=True)
 
@@ -364,6 +368,44 @@ def try_wide_input(g, ranges, float_bytes: bytes, source, calib_idx, io_type: st
                                      "before_db": error_db(e1), "after_db": error_db(e2)}
     return keep
 
+
+def try_wide_head(g, ranges, float_bytes: bytes, source, calib_idx, io_type: str, target, activations: str,
+                  rep: ConversionReport) -> bool:
+    """Whether the classifier head runs in 16x8 (:func:`edgerun.convert.quantize.wide_head_ops`).
+    Always where it is taken (:func:`_wide_head`), except on DELEGATE_INT8_TARGETS, whose delegate
+    (XNNPACK) runs no int16 op, so the head runs on LiteRT's own kernels after the partition: there
+    it is kept only when, on WIDE_INPUT_SAMPLES calibration samples, it gains WIDE_HEAD_GAIN_DB or
+    has fewer top-1 flips than the int8 head. Records ``rep.calibration["wide_head"]`` when weighed."""
+    from edgerun.convert import equalize as eq
+    from edgerun.convert.quantize import float_ops, wide_head_ops, wide_softmax_outputs
+    from edgerun.convert.ranges import error_db
+
+    if not target or _target_name(target) not in DELEGATE_INT8_TARGETS or not _wide_head(activations, io_type, target):
+        return True
+    fops = float_ops(g)
+    head = wide_head_ops(g, fops, wide_softmax_outputs(g, fops, io_type), io_type)
+    if not head or not calib_idx:
+        return True
+    f1, f2 = [], []
+    e1 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES, flips=f1,
+                       wide_head=False)
+    e2 = eq.int8_error(g, ranges, float_bytes, source, calib_idx, samples=WIDE_INPUT_SAMPLES, flips=f2)
+    gain = error_db(e2) - error_db(e1)
+    keep = gain >= WIDE_HEAD_GAIN_DB or sum(f2) < sum(f1)
+    rep.calibration["wide_head"] = {"ops": sorted(g.ops[i].op for i in head), "kept": keep,
+                                    "int8_db": error_db(e1), "int16_db": error_db(e2),
+                                    "int8_flips": int(sum(f1)), "int16_flips": int(sum(f2))}
+    return keep
+
+
+#: targets whose delegate runs no int16 op (XNNPACK on a Pi): the 16-bit stages run on LiteRT's own
+#: kernels outside its partition. Measured (LiteRT + XNNPACK, 1 thread, CPU time, MLPerf Tiny kws,
+#: docs/benchmarks.md): int8 55 us, 16x8 head 92 us, int16 input stage 765 us (its 16x8 CONV_2D),
+#: both 800 us. There the input stage is not tried and the head is weighed (:func:`try_wide_head`).
+DELEGATE_INT8_TARGETS = ("rpi",)
+#: on DELEGATE_INT8_TARGETS, the calibration-sample gain the 16x8 head must bring when it does not
+#: remove a top-1 flip
+WIDE_HEAD_GAIN_DB = 1.0
 
 #: calibration samples the int16 input stage is judged on (:func:`try_wide_input`), and the share
 #: of the int8 model's error it must remove to be kept. Measured (calibration score, int8 -> 16x8
@@ -402,7 +444,7 @@ def _target_name(target) -> str:
 
 def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes, source, eval_idx, out_names,
                          budget, target, max_float_layers: int, rep: ConversionReport, eval_progress,
-                         activations: str = "int8", wide_input: bool = False):
+                         activations: str = "int8", wide_input: bool = False, wide_head: bool = True):
     """Quantize; with a budget keep the layers that hurt most in float until it is met.
     Returns (quantized graph, bytes, kept layer names); sets ``rep.outputs`` / ``budget_met``."""
     from edgerun.convert import drift
@@ -417,10 +459,10 @@ def quantize_with_budget(g, ranges, io_type: str, reference, float_bytes: bytes,
     def build(keep):
         if promote:
             qg = quantize_graph(g, ranges, io_type=io_type, activations=activations, int16_layers=keep,
-                                wide_softmax=wide, wide_input=wide_input)
+                                wide_softmax=wide, wide_input=wide_input, wide_head=wide_head)
         else:
             qg = quantize_graph(g, ranges, io_type=io_type, keep_float=keep, activations=activations,
-                                wide_softmax=wide, wide_input=wide_input)
+                                wide_softmax=wide, wide_input=wide_input, wide_head=wide_head)
         if activations == "int8" and target and _target_name(target) in FLOAT_PRELU_TARGETS:
             float_prelus(qg)  # XNNPACK takes PRELU only in float32 (edgerun.convert.graph)
         return qg, qg.to_bytes("edgerun convert (int8)")
@@ -839,9 +881,10 @@ def convert(model_path, out_path=None, *, calib=None, calib_method: str = "auto"
 
     t1 = time.perf_counter()
     wide_input = try_wide_input(g, ranges, float_bytes, source, calib_idx, io_type, target, activations, rep)
+    wide_head = try_wide_head(g, ranges, float_bytes, source, calib_idx, io_type, target, activations, rep)
     qg, q_bytes, kept = quantize_with_budget(g, ranges, io_type, fe.reference, float_bytes, source, eval_idx,
                                              out_names, budget, target, max_float_layers, rep, eval_progress,
-                                             activations, wide_input)
+                                             activations, wide_input, wide_head)
     if validate:  # before LiteRT (XNNPACK, inspect) loads it in this process
         t2 = time.perf_counter()
         rep.litert_check = validate_in_litert(q_bytes)
