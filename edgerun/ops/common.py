@@ -157,8 +157,6 @@ class Requantizer:
             a = np.ascontiguousarray(a)
             return int(a.flat[0]) if a.size and (a == a.flat[0]).all() else a
 
-        self.add_plain = shrink(half << 31)
-        self.add_zp = shrink((half << 31) + zp_term)
         self.neg = shrink((right > 0).astype(np.int64) << 31)
         self.total = shrink(31 + right)
         self.any_neg = bool(np.any(self.neg))
