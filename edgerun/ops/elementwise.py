@@ -289,8 +289,10 @@ class _Int8Binary(TableEval, Kernel):
                 yb.take(j, None, out, "clip")
                 add(out, m, out=out, casting="unsafe")
             return call
-        return bound_arrays([("add.sum", shape, np.int32), ("add.bucket", shape, np.int32),
-                             ("add.threshold", shape, np.int32), ("add.step", shape, np.bool_)], build)
+        # temporaries of this call only: the buffers of the conv calls' keys (no call holds two
+        # calls' keys at once), not four more of the plan's own
+        return bound_arrays([("conv.cols", shape, np.int32), ("conv.acc", shape, np.int32),
+                             ("rq.f64", shape, np.int32), ("rq.sign", shape, np.bool_)], build)
 
     def _eval_small_op(self, inputs):
         a, b = inputs
