@@ -356,11 +356,14 @@ SMALL_CASES = [("int8", "ADD", (0.05, -100), (0.03, 90), (0.02, -7), NONE),  # b
 def test_add_sub_small_outputs_without_64k_table(dtype, op, q1, q2, qo, act, layout, monkeypatch):
     """ADD/SUB of two variable operands with small outputs run from two 256-entry tables and a
     bucketed output map instead of the 64K table: every input pair (as a broadcast, the eval
-    path; as two same-shape tensors, the invoke plan's bound call) equals LiteRT."""
+    path; as two same-shape tensors, the invoke plan's bound call, here with the plan taken for
+    a large one) equals LiteRT."""
+    from edgerun.ops import conv
     from edgerun.ops.elementwise import Int8AddSub
     from edgerun.runtime.interpreter import Interpreter
 
     monkeypatch.setattr(Int8AddSub, "SMALL_MAX_VALUES", 1 << 16)
+    monkeypatch.setattr(conv, "SMALL_ARENA_BYTES", 0)
     codes = np.arange(256, dtype=np.uint8).view(np.int8) if dtype == "int8" else np.arange(256, dtype=np.uint8)
     if layout == "broadcast":
         a, b = codes.reshape(256, 1), codes.reshape(1, 256)
@@ -373,3 +376,25 @@ def test_add_sub_small_outputs_without_64k_table(dtype, op, q1, q2, qo, act, lay
     assert kernel.small is not None and kernel.table is None
     got = compare_with_litert(model, [a, b])[0]
     assert len(np.unique(got)) >= 20
+
+
+@pytest.mark.parametrize("op", ["ADD", "SUB"])
+def test_add_sub_small_plan_takes_the_table_back(op, monkeypatch):
+    """In a small plan (MLPerf Tiny-class) a bound ADD/SUB rebuilds its 64K table from the small
+    form (the form's extra passes cost more there than the table's memory): every input pair
+    equals LiteRT (the 192 KB arena of this all-pairs model taken for a small one)."""
+    from edgerun.ops import conv
+    from edgerun.ops.elementwise import Int8AddSub
+    from edgerun.runtime.interpreter import Interpreter
+
+    monkeypatch.setattr(Int8AddSub, "SMALL_MAX_VALUES", 1 << 16)
+    monkeypatch.setattr(conv, "SMALL_ARENA_BYTES", 1 << 20)
+    codes = np.arange(256, dtype=np.uint8).view(np.int8)
+    a, b = np.repeat(codes, 256).reshape(256, 256), np.tile(codes, 256).reshape(256, 256)
+    model = _binary_model(op, "int8", a.shape, b.shape, (0.05, -100), (0.03, -90), (0.02, -7), NONE)
+    it = Interpreter(model_content=model)
+    it.allocate_tensors()
+    kernel = it._runners[0].steps[0].kernel
+    assert kernel.small is None and kernel.table is not None and kernel.table.size == 1 << 16
+    got = compare_with_litert(model, [a, b])[0]
+    assert (got == 127).any() and (got == -128).any()

@@ -620,11 +620,15 @@ def test_binary_adds_share_one_index_buffer_bit_exact(small, monkeypatch):
     take the uint16 index array from the plan's shared workspace (one ``binary.index`` buffer,
     not one per node), and every invoke equals LiteRT's reference kernels. Outputs this small
     run without the 64K table by default (Int8AddSub.SMALL_MAX_VALUES): then the two nodes share
-    that form's four work arrays (3 int32 and a bool per value) instead."""
+    that form's four work arrays (3 int32 and a bool per value, in the conv calls' keys) instead
+    (in plans taken for large ones: a small plan takes the table back)."""
+    from edgerun.ops import conv
     from edgerun.ops.elementwise import Int8AddSub
 
     if not small:
         monkeypatch.setattr(Int8AddSub, "SMALL_MAX_VALUES", 0)
+    else:
+        monkeypatch.setattr(conv, "SMALL_ARENA_BYTES", 0)
     b = ModelBuilder()
     x1 = b.input("x1", (1, 6, 8), "int8", (0.05, 2))
     x2 = b.input("x2", (1, 6, 8), "int8", (0.1, 0))
