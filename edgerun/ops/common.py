@@ -589,7 +589,10 @@ _SCRATCH = threading.local()
 #: ops never for the others' keys), so one buffer, as large as the larger request, serves both
 #: (pose detection int8: the pool 4.2 -> 3.1 MB)
 _SHARED_KEYS = {"dw.cols": "conv.cols", "dw.acc": "conv.acc", "dw.slab": "weights.wide",
-                "fc.x": "conv.cols", "fc.acc": "conv.acc", "prelu.idx": "binary.index"}
+                "fc.x": "conv.cols", "fc.acc": "conv.acc", "prelu.idx": "binary.index",
+                # the requantizer's float32 work rows: its callers' columns (conv.cols) are dead
+                # once the accumulators it reads are made, and no binary op requantizes
+                "requant.f32": "conv.cols", "requant.sign": "binary.index"}
 
 
 def scratch(key: str, shape, dtype) -> np.ndarray:
