@@ -204,8 +204,37 @@ def test_per_tensor_search_is_bounded_by_work_not_a_clock(monkeypatch):
         return rs._refine(g, pm, "mse", obs, data, refs, combine, float_ops(g), True, None,
                           make_interpreter)
     monkeypatch.setattr(rs, "REFINE_WORK", need - 1)
+    monkeypatch.setattr(rs, "GROUP_WORK", 0)
     _, info = refine()
-    assert info["stopped"].startswith("skipped") and info["searched"] == 0
+    assert info["stopped"].startswith("skipped") and info["searched"] == 0 and "by_kind" not in info
+    # over the bound, the classes are searched by the kind of op that writes them, on the samples
+    # GROUP_WORK pays for (here 4 of 8, evenly spread), and not at all below GROUP_MIN_SAMPLES
+    producer = {o: op.op for op in g.ops for o in op.outputs}
+    kinds = {producer.get(t, "INPUT") for t in rs.quantized_activations(g, float_ops(g))
+             if g.tensors[t].name in pm["mse"] and find(t) not in fixed and find(t) == t}
+    per_sample = len(kinds) * (len(rs.CANDIDATES) - 1) * rs.float_work(g)
+    monkeypatch.setattr(rs, "GROUP_MIN_SAMPLES", 2)
+    monkeypatch.setattr(rs, "GROUP_WORK", per_sample * 4)
+    outk, infok = refine()
+    assert infok["by_kind"] and infok["searched"] >= 1 and "4 samples" in infok["stopped"], infok
+    assert all(k.split(" (")[0] in kinds for k in infok["chosen"]), infok["chosen"]
+    # a chosen kind's classes all take that method's range (a class: the span of its tensors')
+    members = {}
+    for t in rs.quantized_activations(g, float_ops(g)):
+        if g.tensors[t].name in pm["mse"] and find(t) not in fixed:
+            members.setdefault(find(t), []).append(g.tensors[t].name)
+    for key, label in infok["chosen"].items():
+        for c, names in members.items():
+            if producer.get(c, "INPUT") == key.split(" (")[0]:
+                span = (min(pm[label][n][0] for n in names), max(pm[label][n][1] for n in names))
+                assert all(outk[n] == span for n in names) or not span[1] > span[0]
+    monkeypatch.setattr(rs, "GROUP_WORK", per_sample * 4 - 1)
+    _, info3 = refine()
+    assert "3 samples" in info3["stopped"]
+    monkeypatch.setattr(rs, "GROUP_WORK", per_sample * 2 - 1)  # 1 sample, under GROUP_MIN_SAMPLES
+    _, info1s = refine()
+    assert info1s["searched"] == 0 and "by_kind" not in info1s
+    monkeypatch.setattr(rs, "GROUP_WORK", per_sample * 4)
     monkeypatch.setattr(rs, "REFINE_WORK", need)
     out1, info1 = refine()
     assert "stopped" not in info1 and info1["searched"] > 0
@@ -218,4 +247,6 @@ def test_per_tensor_search_is_bounded_by_work_not_a_clock(monkeypatch):
             return self.now
     monkeypatch.setattr(rs, "time", Clock())
     out2, info2 = refine()
+    monkeypatch.setattr(rs, "REFINE_WORK", need - 1)
+    assert refine() == (outk, infok)  # the by-kind search, too
     assert out2 == out1 and info2 == info1
