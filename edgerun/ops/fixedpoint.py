@@ -356,6 +356,10 @@ def _requant_bounded_class():
         #: float32, sign, byte and mask work arrays had held 0.6 MB at 64K; face landmark, pose
         #: and iris int8 0.4-0.6 MB less resident, CPU -1 to +2 % in-process, pose once +5 %)
         SUB = 1 << 15
+        #: work-row width the per-channel constants are tiled to (Requantizer: 256): each layer
+        #: keeps its tiled constants, so narrower rows hold less (iris, pose, palm int8 about
+        #: 0.16 MB less peak growth by tools/peak_rss.py) at CPU time within noise in-process
+        TILE = 128
         #: fewer values take the base class's path: its fixed cost per call is lower (isolated
         #: break-even at 6-8K values: 20.7 against 28.4 us at 4096, 38.0 against 30.4 us at 8192;
         #: inside whole models, kws and vww ran 3-7 % faster with the limit at 16K than at 6K)
