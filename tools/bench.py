@@ -411,6 +411,9 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     if args.worker:
         return worker(*args.worker)
+    from tools.peak_rss import compile_package
+
+    compile_package()  # the workers import edgerun from .pyc (see tools/peak_rss.py)
 
     load0 = os.getloadavg()[0]
     rows, ratios, cpu_ratios, delegated, pairs = [], {}, {}, [], {}

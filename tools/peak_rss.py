@@ -57,6 +57,17 @@ def settle() -> None:
         pass
 
 
+def compile_package() -> None:
+    """Byte-compile the edgerun package before the children import it. A module imported from
+    source (no up-to-date .pyc, e.g. just edited with PYTHONDONTWRITEBYTECODE set) leaves freed
+    compiler heap that the engine's allocations reuse without growing the resident set: face
+    landmark int8 read 9.05 MB from source against 9.40 MB from .pyc. Installed packages run
+    from .pyc, so that is the figure."""
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "edgerun"), quiet=1)
+
+
 def child(engine: str, path: str) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.path.insert(0, str(ROOT))
@@ -93,6 +104,7 @@ def main() -> int:
         return child(*args.child)
     if not args.model:
         ap.error("a model is needed")
+    compile_package()
     tmp = None
     path = os.path.expanduser(args.model)
     if args.model.startswith("mobilenet:"):
