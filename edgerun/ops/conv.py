@@ -130,14 +130,25 @@ class _PaddedInput:
         # A small padded input gets its own buffer, its border filled once here: eval then only
         # copies the interior. Large ones share a scratch buffer (memory) and refill the border.
         self.own = None
-        if not self.trivial and int(np.prod(self.shape)) * self.dtype.itemsize <= self.OWN_BYTES:
-            self.own = np.full(self.shape, fill, self.dtype)
-            self.inner = self.own[:, self.pt:self.pt + h, self.pl:self.pl + w, :]
+        if not self.trivial and self.nbytes <= self.OWN_BYTES:
+            self.make_own()
 
-    #: 64 KiB: refilling the border of a larger input per eval costs nothing measurable (palm and
-    #: pose detection run at the same CPU time as with 256 KiB) and the per-node buffers of
-    #: palm detection shrink from 1.9 to 0.5 MB
-    OWN_BYTES = 64 * 1024
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def make_own(self) -> None:
+        h, w = self.hw
+        self.own = np.full(self.shape, self.fill, self.dtype)
+        self.inner = self.own[:, self.pt:self.pt + h, self.pl:self.pl + w, :]
+
+    #: 16 KiB made in prepare, and up to OWN_BYTES_BOUND for a layer a small plan binds (its
+    #: window view needs the same array at every invoke; see _fixed_windows). Refilling the
+    #: border of a larger input per eval costs nothing measurable (palm and pose detection ran
+    #: at the same CPU time with 64 KiB as with 256 KiB; face landmark int8 the same with 16 KiB
+    #: as with 64 KiB, for 0.2 MB less).
+    OWN_BYTES = 16 * 1024
+    OWN_BYTES_BOUND = 64 * 1024
 
     def keeps(self, xp: np.ndarray, x: np.ndarray) -> bool:
         """Whether a view of ``xp`` (this call's result for input ``x``) may be cached: the
@@ -178,6 +189,10 @@ def _fixed_windows(pad: _PaddedInput, x: np.ndarray, make_view):
     (None, None) for a shared scratch buffer."""
     if pad.trivial and pad.dtype == x.dtype:
         return make_view(x), None
+    if pad.own is None and not pad.trivial and pad.nbytes <= pad.OWN_BYTES_BOUND:
+        ws = current_workspace()
+        if ws is None or ws.arena_bytes <= SMALL_ARENA_BYTES:  # (large plans: see OWN_BYTES)
+            pad.make_own()
     if pad.own is not None:
         return make_view(pad.own), (pad.inner, x)
     return None, None
