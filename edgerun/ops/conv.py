@@ -142,12 +142,12 @@ class _PaddedInput:
         self.own = np.full(self.shape, self.fill, self.dtype)
         self.inner = self.own[:, self.pt:self.pt + h, self.pl:self.pl + w, :]
 
-    #: 16 KiB made in prepare, and up to OWN_BYTES_BOUND for a layer a small plan binds (its
+    #: 4 KiB made in prepare, and up to OWN_BYTES_BOUND for a layer a small plan binds (its
     #: window view needs the same array at every invoke; see _fixed_windows). Refilling the
-    #: border of a larger input per eval costs nothing measurable (palm and pose detection ran
-    #: at the same CPU time with 64 KiB as with 256 KiB; face landmark int8 the same with 16 KiB
-    #: as with 64 KiB, for 0.2 MB less).
-    OWN_BYTES = 16 * 1024
+    #: border of a larger input per eval costs little (palm and pose detection ran at the same
+    #: CPU time with 64 KiB as with 256 KiB; face landmark and iris int8 within about 2 % with
+    #: 4 KiB as with 64 KiB, for 0.5 MB less on face landmark, 0.65 MB on iris).
+    OWN_BYTES = 4 * 1024
     OWN_BYTES_BOUND = 64 * 1024
 
     def keeps(self, xp: np.ndarray, x: np.ndarray) -> bool:
