@@ -78,6 +78,9 @@ REFINE_WORK = 200e9
 #: (4, 23 at 200 G) refined in the simulation, not confirmed by the real int8 model: unchanged
 GROUP_WORK = 100e9
 GROUP_MIN_SAMPLES = 8
+#: and at most this many (PP-OCR's text-direction classifier, small per sample: 158 samples took
+#: 49 s of search for a refinement the real int8 model did not confirm)
+GROUP_MAX_SAMPLES = 48
 
 
 def error_db(score: float) -> float:
@@ -434,7 +437,8 @@ def _refine(g, per_method, start, observers, data, refs, combine, fops, refine, 
         for c in order:
             kinds.setdefault(producer.get(members[c][0], "INPUT"), []).append(c)
         units = list(kinds.values())
-        n = min(len(data), int(GROUP_WORK // (len(units) * (len(CANDIDATES) - 1) * max(float_work(g), 1))))
+        n = min(len(data), GROUP_MAX_SAMPLES,
+                int(GROUP_WORK // (len(units) * (len(CANDIDATES) - 1) * max(float_work(g), 1))))
         if n < GROUP_MIN_SAMPLES:
             return dict(base), info
         pick = np.linspace(0, len(data) - 1, n).round().astype(int)
