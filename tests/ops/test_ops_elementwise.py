@@ -372,7 +372,7 @@ def test_add_sub_small_outputs_without_64k_table(dtype, op, q1, q2, qo, act, lay
     model = _binary_model(op, dtype, a.shape, b.shape, q1, q2, qo, act)
     it = Interpreter(model_content=model)
     it.allocate_tensors()
-    kernel = it._runners[0].steps[0].kernel
+    kernel = it.steps()[0].kernel
     assert kernel.small is not None and kernel.table is None
     got = compare_with_litert(model, [a, b])[0]
     assert len(np.unique(got)) >= 20
@@ -394,7 +394,7 @@ def test_add_sub_small_plan_takes_the_table_back(op, monkeypatch):
     model = _binary_model(op, "int8", a.shape, b.shape, (0.05, -100), (0.03, -90), (0.02, -7), NONE)
     it = Interpreter(model_content=model)
     it.allocate_tensors()
-    kernel = it._runners[0].steps[0].kernel
+    kernel = it.steps()[0].kernel
     assert kernel.small is None and kernel.table is not None and kernel.table.size == 1 << 16
     got = compare_with_litert(model, [a, b])[0]
     assert (got == 127).any() and (got == -128).any()
