@@ -370,6 +370,8 @@ def _requant_bounded_class():
         #: ``plain`` mode while the mean of D over the channels (about the share of values
         #: recomputed in int64, which costs about 20x a float32 pass per value) stays below this
         PLAIN_MAX_SHARE = 0.02
+        #: the fitted passes (``_fit``) where they apply
+        FIT = True
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -603,6 +605,218 @@ def _requant_bounded_class():
                 out = np.empty(acc.shape, np.int8)
             return np.subtract(idx, sub, out=out, casting="unsafe")
 
+        #: mu searched this many float32 steps either side of its rounding (``_fit``)
+        FIT_STEPS = 4
+        #: the fitted passes only while at most this share of the channels is left to the
+        #: ``plain`` / ``signed`` passes (gathered, requantized apart, scattered back)
+        FIT_MAX_RISKY = 0.5
+        #: channels fitted at a time: their dozen (channels, levels) work arrays take about 0.25 MB
+        #: (64 channels: about 2 MB more peak memory on hand landmark int8's first invoke)
+        FIT_CHUNK = 8
+        #: channels whose fix-up values are enumerated at a time (``_fix_values``)
+        FIX_CHUNK = 2
+
+        def _fit(self, bias, c: int):
+            """(mu, cc, risky channel indices, their requantizer, their bias) for the fitted
+            float32 passes, or None. Only under a fused RELU / RELU6 (``qmin >= zero point``).
+
+            The reference result is a nondecreasing step function of the integer accumulator:
+            ``qmin + #{l : acc >= T_l}``, ``T_l`` each level's least accumulator (the closed form
+            of ``_table``). ``a(acc) = fl(fl(acc*mu) + cc)`` in float32 is nondecreasing in
+            ``acc`` too (each rounding is), so ``floor(clip(a, qmin + 128, qmax + 128))`` equals
+            the reference plus 128 on every ``|acc| <= acc_bound`` exactly when, for every level,
+            ``floor(a(T_l)) >= l + 128`` and ``floor(a(T_l - 1)) < l + 128`` (each point clamped to
+            the accumulator range; a level beyond it checks only the end). Those two points per
+            level are computed here with the same float32 operations the passes run, for ``mu``
+            the channel's multiplier rounded to float32 and ``FIT_STEPS`` steps either side, and
+            ``cc`` the middle of the interval the levels leave. Channels with no (mu, cc) that
+            passes (float32's rounding of ``acc*mu`` is about as large as the smallest gap
+            between a level's threshold and the step below: about one channel in ten) are
+            gathered and go through this requantizer's other paths."""
+            key = ("fit", id(bias))
+            hit = self._fast.get(key)
+            if hit is not None and hit[0] is bias:
+                return hit[1]
+            res = None
+            p = self._channel_params(bias, c) if self.qmin >= self.zero_point else None
+            if p is not None and p[6] < FLOAT32_EXACT and int(p[1].max(initial=0)) <= 20:
+                m2_all, right_all, b_all, mu_all, c0_all, bmax = p[0], p[1], p[2], p[3], p[4], p[6]
+                right = right_all[:, None]
+                bound = float(self.acc_bound)
+                levels = np.arange(self.qmin + 1, self.qmax + 1, dtype=np.int64)[None, :]
+                lv = (levels + 128).astype(np.float64)  # the result plus 128: floor(a) >= lv
+                big = int(bmax) + 2
+                ok = np.zeros(c, bool)
+                mu_f = np.zeros(c, np.float32)
+                cc_f = np.zeros(c, np.float32)
+                idx, fixes = [], []
+                for j0 in range(0, c, self.FIT_CHUNK):  # (channels, levels) work arrays stay small
+                    sl = slice(j0, j0 + self.FIT_CHUNK)
+                    m2, rr, b, mu, c0 = m2_all[sl], right_all[sl][:, None], b_all[sl], mu_all[sl], c0_all[sl]
+                    v = levels - self.zero_point
+                    a = (v << rr) - ((np.int64(1) << rr) >> 1)
+                    s_min = np.where((rr > 0) & (a < 0), a + 1, a)
+                    num = (s_min << 31) - (1 << 30)
+                    mm = m2[:, None]
+                    t = np.where(mm > 0, -((-num) // np.maximum(mm, 1)), np.where(s_min <= 0, -big, big))
+                    t = np.clip(t, -big, big) - b[:, None]  # each level's least accumulator
+                    hi_use = t <= bound
+                    lo_use = t - 1 >= -bound
+                    hi_pt = np.clip(t, -bound, bound).astype(np.float32)
+                    lo_pt = np.clip(t - 1, -bound, bound).astype(np.float32)
+                    okc = ok[sl]
+                    base = mu.astype(np.float32)
+                    cands = [base]
+                    up = down = base
+                    for _ in range(self.FIT_STEPS):
+                        up = np.nextafter(up, np.float32(np.inf))
+                        down = np.nextafter(down, np.float32(0))
+                        cands += [up, down]
+                    c_mid = (b * mu + c0).astype(np.float64)  # the exact line's constant
+                    for m in cands:
+                        if okc.all():
+                            break
+                        ph = hi_pt * m[:, None]  # float32, as the passes
+                        pl = lo_pt * m[:, None]
+                        clo = np.max(np.where(hi_use, lv - ph, -np.inf), axis=1, initial=-np.inf)
+                        chi = np.min(np.where(lo_use, lv - pl, np.inf), axis=1, initial=np.inf)
+                        fin_lo, fin_hi = np.isfinite(clo), np.isfinite(chi)
+                        mid = np.where(fin_lo & fin_hi, (clo + chi) / 2,
+                                       np.where(fin_lo, np.maximum(clo + 0.5, c_mid),
+                                                np.where(fin_hi, np.minimum(chi - 0.5, c_mid), c_mid)))
+                        cc = mid.astype(np.float32)
+                        if m is base:
+                            cc_base = cc
+                        ah = np.floor(ph + cc[:, None])  # float32 sums, as the passes
+                        al = np.floor(pl + cc[:, None])
+                        good = (np.all(~hi_use | (ah >= lv), axis=1) & np.all(~lo_use | (al < lv), axis=1)
+                                & (m > 0) & ~okc)
+                        mu_f[sl][good] = m[good]
+                        cc_f[sl][good] = cc[good]
+                        okc |= good
+                    if not okc.all():
+                        fixable, fx = self._fix_values(t[~okc], base[~okc], cc_base[~okc], bound)
+                        ix = np.flatnonzero(~okc)[fixable]
+                        mu_f[sl][ix] = base[ix]
+                        cc_f[sl][ix] = cc_base[ix]
+                        okc[ix] = True
+                        idx.extend((ix + j0).tolist())
+                        fixes.extend(fx)
+                if fixes:
+                    # the k-th value of each channel in the k-th array, NaN (never equal) where a
+                    # channel has fewer, with its step (1 or 255: minus one in uint8)
+                    n_fix = max((len(v) for v in fixes), default=0)
+                    arrays = [(np.full(c, np.nan, np.float32), np.zeros(c, np.uint8)) for _ in range(n_fix)]
+                    for j, vals in zip(idx, fixes):
+                        for k, (v, d) in enumerate(vals):
+                            arrays[k][0][j] = v
+                            arrays[k][1][j] = 1 if d > 0 else 255
+                    fixes = [(v, d) for v, d in arrays]
+                risky = np.flatnonzero(~ok)
+                if risky.size <= self.FIT_MAX_RISKY * c and len(fixes) <= self.FIT_MAX_FIXES:
+                    sub = sub_bias = None
+                    if risky.size:
+                        shift = (np.broadcast_to(self.left if self.left is not None else 0, (c,))
+                                 - np.broadcast_to(right[:, 0], (c,)))
+                        sub = bounded_requantizer(np.broadcast_to(self.m, (c,))[risky], shift[risky],
+                                                  self.zero_point, self.qmin, self.qmax, self.acc_bound)
+                        sub.FIT = False
+                        sub_bias = np.ascontiguousarray(np.asarray(bias)[risky]) if bias is not None else None
+                    res = (mu_f, cc_f, risky, sub, sub_bias, fixes, {})
+            self._fast[key] = (bias, res)
+            return res
+
+        #: at most this many accumulators per channel fixed by value (each a compare and an add,
+        #: and a multiply where both directions occur, over the layer); channels needing more
+        #: are gathered instead
+        FIT_MAX_FIXES = 1
+        #: accumulators either side of each level's threshold enumerated by ``_fix_values``
+        FIT_WINDOW = 4
+
+        def _fix_values(self, t, mu, cc, bound):
+            """For channels (rows of ``t``, each level's least accumulator) whose float32 line
+            ``(mu, cc)`` misses some levels: (fixable mask, per fixable channel the list of
+            (accumulator, +1/-1) whose floor is one off). Every accumulator within
+            ``FIT_WINDOW`` of a threshold is computed with the passes' float32 operations and
+            compared with the reference count of thresholds at or below it; the window's ends
+            must be right, so by monotonicity every accumulator outside the windows is right."""
+            wdw = self.FIT_WINDOW
+            k = np.arange(-wdw, wdw, dtype=np.int64)
+            fixable = np.zeros(t.shape[0], bool)
+            fixes = []
+            n = self.FIX_CHUNK
+            for j0 in range(0, t.shape[0], n):  # (n, levels, 2W) work arrays
+                tj = t[j0:j0 + n]
+                accs = np.clip(tj[:, :, None] + k, -bound, bound)  # (channels, levels, 2W)
+                a = accs.astype(np.float32) * mu[j0:j0 + n, None, None]
+                a += cc[j0:j0 + n, None, None]
+                a = np.floor(np.clip(a, np.float32(self.qmin + 128), np.float32(self.qmax + 128)))
+                diff = np.empty(accs.shape, np.float64)
+                for j in range(tj.shape[0]):
+                    diff[j] = np.searchsorted(tj[j], accs[j], side="right")
+                diff += self.qmin + 128
+                diff -= a  # reference minus the line's floor
+                ends_ok = (diff[:, :, 0] == 0) | (accs[:, :, 0] == -bound)
+                ends_ok &= (diff[:, :, -1] == 0) | (accs[:, :, -1] == bound)
+                fx = ends_ok.all(axis=1) & (np.abs(diff) <= 1).all(axis=(1, 2))
+                fx &= (diff != 0).sum(axis=(1, 2)) <= self.FIT_MAX_FIXES * 3  # duplicates counted
+                for j in np.flatnonzero(fx):
+                    sel = diff[j] != 0
+                    pairs = sorted(set(zip(accs[j][sel].tolist(), diff[j][sel].astype(int).tolist())))
+                    if len({x for x, _ in pairs}) != len(pairs) or len(pairs) > self.FIT_MAX_FIXES:
+                        fx[j] = False  # one accumulator, two answers; or too many
+                        continue
+                    fixes.append(pairs)
+                fixable[j0:j0 + n] = fx
+            return fixable, fixes
+
+        def _fitted(self, acc, fit, out):
+            """The fitted passes (``_fit``): multiply, add, clip, cast to uint8, XOR; the risky
+            channels gathered and requantized apart."""
+            mu, cc, risky, sub, sub_bias, fixes, tiles = fit
+            c = mu.size
+            rows = acc.size // c
+            reps = 1
+            if c < self.TILE:
+                for r in range(min(rows, self.TILE // c), 0, -1):
+                    if rows % r == 0:
+                        reps = r
+                        break
+            w = reps * c
+            tiled = tiles.get(reps)
+            if tiled is None:
+                tiled = tiles[reps] = (np.tile(mu, reps), np.tile(cc, reps),
+                                       [(np.tile(v, reps), np.tile(d, reps),
+                                         0 if (d == 1).any() and (d == 255).any() else (1 if (d == 1).any() else -1))
+                                        for v, d in fixes])
+            mu_t, cc_t, fix_t = tiled
+            a2 = acc.reshape(-1, w)
+            o2 = out.reshape(-1, w).view(np.uint8)
+            lo = np.float32(self.qmin + 128)
+            hi = np.float32(self.qmax + 128)
+            step = max(1, self.SUB // w)
+            for r0 in range(0, a2.shape[0], step):
+                xa = a2[r0:r0 + step]
+                t = scratch("requant.f32", xa.shape, np.float32)
+                np.multiply(xa, mu_t, out=t)
+                np.add(t, cc_t, out=t)
+                clip_ufunc(t, lo, hi, out=t)
+                u = o2[r0:r0 + step]
+                np.copyto(u, t, casting="unsafe")  # t >= 0: truncation = floor
+                for v, d, way in fix_t:  # the accumulators whose floor is one off, by value
+                    mask = np.equal(xa, v, out=scratch("requant.mask", xa.shape, np.bool_)).view(np.uint8)
+                    if way:  # every step the same way
+                        (np.add if way > 0 else np.subtract)(u, mask, out=u)
+                    else:
+                        np.multiply(mask, d, out=mask)
+                        np.add(u, mask, out=u)  # uint8 wraps: 255 is minus one
+            np.bitwise_xor(o2, np.uint8(0x80), out=o2)
+            if risky.size:
+                o2 = out.reshape(rows, c)
+                part = np.take(acc.reshape(rows, c), risky, axis=1)
+                o2[:, risky] = sub(part, sub_bias)
+            return out
+
         _last_table = (None, None, None)  # (bias, channels, table) of the last table call
 
         def __call__(self, acc, bias=None, out=None):
@@ -623,6 +837,12 @@ def _requant_bounded_class():
                     or self.dtype is not np.int8 or self.m.ndim > 1 or self.m.size not in (1, c)
                     or not (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
                 return super().__call__(acc, bias, out)
+            if self.FIT and self.qmin >= self.zero_point:
+                fit = self._fit(bias, c)
+                if fit is not None:
+                    if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
+                        out = np.empty(acc.shape, np.int8)
+                    return self._fitted(acc, fit, out)
             _, mode, consts, tiles = self._prepare_fast(bias, c)
             if mode is None:
                 return super().__call__(acc, bias, out)

@@ -91,7 +91,14 @@ def _spy_fast_calls(monkeypatch):
         calls.append(entry[1])
         return entry
 
+    orig_fitted = cls._fitted
+
+    def spy_fitted(self, acc, fit, out):  # the fitted passes (a fused RELU / RELU6)
+        calls.append("fitted")
+        return orig_fitted(self, acc, fit, out)
+
     monkeypatch.setattr(cls, "_prepare_fast", spy)
+    monkeypatch.setattr(cls, "_fitted", spy_fitted)
     monkeypatch.setattr(cls, "SUB", 1000)  # several sub-blocks per call
     return calls
 
@@ -527,3 +534,42 @@ def test_conv_int8_many_pixels_small_filter_widened_per_eval_bit_exact(monkeypat
     monkeypatch.setattr(Conv2D, "prepare", spy)
     conv_spec((1, 20, 20, 8), 16, 3, 3, seed=11).run_int8(seed=3, act=RELU)
     assert kept and kept[-1]
+
+
+def test_fitted_passes_fixups_and_gathered_channels(monkeypatch):
+    """Under a fused RELU / RELU6 the fitted float32 line (``_fit``) runs; channels it cannot fit
+    take the fix-up by value or are gathered: every branch equal to the reference on random
+    layers, and on every accumulator near each level's threshold."""
+    cls = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
+    monkeypatch.setattr(cls, "SUB", 4096)
+    rng = np.random.default_rng(11)
+    seen = {"fitted": 0, "fixes": 0, "gathered": 0}
+    for trial in range(24):
+        c = int(rng.choice([8, 24, 64, 144]))
+        bound = int(rng.choice([146304, 406400, 1820672]))
+        reals = rng.uniform(0.3, 3, c) * (256.0 / bound) * rng.uniform(1, 8)
+        m, shift = quantize_multipliers(reals)
+        zp = int(rng.integers(-128, -100))
+        qmin, qmax = (zp, 127) if trial % 3 else (zp, zp + 110)
+        bias = rng.integers(-bound // 4, bound // 4, c).astype(np.int32)
+        r = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=float(bound))
+        if trial % 2:  # one fix-up value per channel at most: more channels gathered
+            r.FIT_MAX_FIXES = 0
+        fit = r._fit(bias, c)
+        if fit is None:
+            continue
+        # every accumulator within 3 of a threshold of every channel, and random ones
+        p = r._channel_params(bias, c)
+        mu = p[3]
+        x = rng.integers(-bound // 8, bound // 8, (20000 // c + 1, c))
+        near = []
+        for lvl in range(qmin + 1, qmax + 1, 3):  # near thresholds, from the exact line
+            t = np.round((lvl + 128 - p[4] - p[2] * mu) / mu).astype(np.int64)
+            near.append(np.clip(t[None, :] + np.arange(-3, 4)[:, None], -bound, bound))
+        x = np.concatenate([x] + near).astype(np.int64)
+        got = r(x.astype(np.float32), bias)
+        assert np.array_equal(got, _reference(x + bias, m, shift, zp, qmin, qmax))
+        seen["fitted"] += 1
+        seen["fixes"] += len(fit[5]) > 0
+        seen["gathered"] += fit[2].size > 0
+    assert seen["fitted"] >= 10 and seen["fixes"] >= 2 and seen["gathered"] >= 2, seen
