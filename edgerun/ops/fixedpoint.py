@@ -372,6 +372,9 @@ def _requant_bounded_class():
         PLAIN_MAX_SHARE = 0.02
         #: the fitted passes (``_fit``) where they apply
         FIT = True
+        #: ... from this many values (their fixed cost per call is about that of a few
+        #: hundred values through the int64 path)
+        FIT_MIN = 1024
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -816,7 +819,17 @@ def _requant_bounded_class():
             if risky.size:
                 o2 = out.reshape(rows, c)
                 part = np.take(acc.reshape(rows, c), risky, axis=1)
-                o2[:, risky] = sub(part, sub_bias)
+                tiles = sub.f64_tiles(sub_bias, risky.size, rows, None, False, False) if sub_bias is not None else None
+                if tiles is None:
+                    o2[:, risky] = sub(part, sub_bias)
+                else:  # the exact float64 passes (no recomputation; fixed cost below the int64 path's)
+                    w, consts = tiles
+                    a2 = part.reshape(-1, w)
+                    t = np.empty(a2.shape, np.float64)
+                    u = np.empty(a2.shape, np.uint8)
+                    f64_passes(a2, t, None, u, consts, float(lo), float(hi) + 0.5, False)
+                    np.bitwise_xor(u, np.uint8(0x80), out=u)
+                    o2[:, risky] = u.reshape(rows, risky.size).view(np.int8)
             return out
 
         _last_table = (None, None, None)  # (bias, channels, table) of the last table call
@@ -835,16 +848,19 @@ def _requant_bounded_class():
                         self._last_table = (bias, c, table)
                         return self._table_call(acc, table, out)
             c = acc.shape[-1] if acc.ndim else 0
-            if (acc.dtype != np.float32 or acc.size < self.FAST_MIN or not c or not acc.flags.c_contiguous
+            if (acc.dtype != np.float32 or acc.size < min(self.FAST_MIN, self.FIT_MIN) or not c
+                    or not acc.flags.c_contiguous
                     or self.dtype is not np.int8 or self.m.ndim > 1 or self.m.size not in (1, c)
                     or not (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
                 return super().__call__(acc, bias, out)
-            if self.FIT and self.qmin >= self.zero_point:
+            if self.FIT and self.qmin >= self.zero_point and acc.size >= self.FIT_MIN:
                 fit = self._fit(bias, c)
                 if fit is not None:
                     if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
                         out = np.empty(acc.shape, np.int8)
                     return self._fitted(acc, fit, out)
+            if acc.size < self.FAST_MIN:
+                return super().__call__(acc, bias, out)
             _, mode, consts, tiles = self._prepare_fast(bias, c)
             if mode is None:
                 return super().__call__(acc, bias, out)

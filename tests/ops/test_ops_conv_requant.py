@@ -538,8 +538,9 @@ def test_conv_int8_many_pixels_small_filter_widened_per_eval_bit_exact(monkeypat
 
 def test_fitted_passes_fixups_and_gathered_channels(monkeypatch):
     """Under a fused RELU / RELU6 the fitted float32 line (``_fit``) runs; channels it cannot fit
-    take the fix-up by value or are gathered: every branch equal to the reference on random
-    layers, and on every accumulator near each level's threshold."""
+    take the fix-up by value or are gathered (then float64 passes, or the int64 path past their
+    right-shift bound): every branch equal to the reference on random layers, large and small,
+    and on every accumulator near each level's threshold."""
     cls = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
     monkeypatch.setattr(cls, "SUB", 4096)
     rng = np.random.default_rng(11)
@@ -561,7 +562,8 @@ def test_fitted_passes_fixups_and_gathered_channels(monkeypatch):
         # every accumulator within 3 of a threshold of every channel, and random ones
         p = r._channel_params(bias, c)
         mu = p[3]
-        x = rng.integers(-bound // 8, bound // 8, (20000 // c + 1, c))
+        n = 20000 if trial % 4 < 2 else 1100  # past FAST_MIN, or just past FIT_MIN
+        x = rng.integers(-bound // 8, bound // 8, (n // c + 1, c))
         near = []
         for lvl in range(qmin + 1, qmax + 1, 3):  # near thresholds, from the exact line
             t = np.round((lvl + 128 - p[4] - p[2] * mu) / mu).astype(np.int64)
