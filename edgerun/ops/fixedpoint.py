@@ -375,6 +375,8 @@ def _requant_bounded_class():
         #: ... from this many values (their fixed cost per call is about that of a few
         #: hundred values through the int64 path)
         FIT_MIN = 1024
+        #: row width of the gathered channels' float64 constants (see ``_fitted``)
+        FIT_SUB_WIDTH = 128
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
@@ -819,7 +821,10 @@ def _requant_bounded_class():
             if risky.size:
                 o2 = out.reshape(rows, c)
                 part = np.take(acc.reshape(rows, c), risky, axis=1)
-                tiles = sub.f64_tiles(sub_bias, risky.size, rows, None, False, False) if sub_bias is not None else None
+                # constants tiled to 128-value rows (F64_WIDTH's 1024 had kept 0.5 MB more on hand
+                # landmark int8: four float64 rows per layer and row count)
+                tiles = (sub.f64_tiles(sub_bias, risky.size, rows, self.FIT_SUB_WIDTH, False, False)
+                         if sub_bias is not None else None)
                 if tiles is None:
                     o2[:, risky] = sub(part, sub_bias)
                 else:  # the exact float64 passes (no recomputation; fixed cost below the int64 path's)
