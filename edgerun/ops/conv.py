@@ -393,13 +393,32 @@ def _bind_budget() -> tuple[int, int, int]:
 BOUND_F64_BYTES = 1 << 18
 
 
-def _bind_gemm(src, fill, wmat, table, requant, bias, out, m: int, k: int, o: int, rq_shape=None, w8=None):
+#: bytes of a (o, k) filter widened per bound call at a time (``_bind_gemm``'s ``w8t`` in
+#: blocks of output channels): iris landmark's 213x512 GEMV in two halves had grown the
+#: shared ``weights.wide`` buffer from 144 to 256 KB
+LAZY_BLOCK_BYTES = 1 << 17
+
+
+def _keep_float() -> bool:
+    """Whether the plan being compiled keeps float32 copies of its small int8 filters
+    (``Conv2D.lazy_float``): plans whose activation arena is at most SMALL_ARENA_BYTES (MLPerf
+    Tiny, keyword spotters: their calls are microseconds long, and LiteRT's own fixed memory
+    dwarfs the copies) and calls compiled outside a plan."""
+    ws = current_workspace()
+    return ws is None or ws.arena_bytes <= SMALL_ARENA_BYTES
+
+
+def _bind_gemm(src, fill, wmat, table, requant, bias, out, m: int, k: int, o: int, rq_shape=None, w8=None,
+               w8t=None):
     """The bound call of an int8 CONV_2D: copy ``src`` (a fixed int8 view of (m, k) values) to
     float32 columns, multiply by ``wmat`` (k, o), requantize into ``out`` (columns, accumulators
     and requantization work arrays from the plan's workspace: ``bound_arrays``); ``rq_shape``:
     the (m, o) accumulators as the requantizer's (rows, channels), when a GEMM row holds several
     output pixels (``DepthwiseConv2D._compile_block_diagonal``); ``w8``: an (o, k) int8 filter
-    to widen into the workspace per call instead of ``wmat`` (a filter eval widens too).
+    to widen into the workspace per call instead of ``wmat`` (a filter eval widens too); ``w8t``:
+    a (k, o) int8 filter (``Conv2D.lazy_float``: a C-contiguous copy, or the model buffer's (o,
+    k) filter transposed) widened per call into the ``weights.wide`` scratch buffer, which the
+    eval layers' widening shares, in blocks of output channels of at most ``Conv2D.WIDEN_BYTES``.
 
     With a threshold table the columns are float64 with a last column of ones and the filter
     gets the table's channel offsets as its last row: the GEMM then yields ``acc + offsets``
@@ -408,7 +427,7 @@ def _bind_gemm(src, fill, wmat, table, requant, bias, out, m: int, k: int, o: in
     TABLE_MAX values, the ones column is written once)."""
     copyto, subtract = np.copyto, np.subtract
     if table is not None and (k + 1) * o * 8 <= BOUND_F64_BYTES:
-        ops = _table_operands(m, wmat, table, src.shape)
+        ops = _table_operands(m, wmat if wmat is not None else w8t, table, src.shape)
         if ops is None:
             return None
         cols, tgt, w64 = ops
@@ -450,6 +469,43 @@ def _bind_gemm(src, fill, wmat, table, requant, bias, out, m: int, k: int, o: in
             return call_widen
         return bound_arrays([("conv.w", (o, k), np.float32), ("conv.cols", (m, k), np.float32),
                              ("conv.acc", (m, o), np.float32)] + rq_needs, build_widen)
+
+    if w8t is not None:
+        f32 = np.float32
+        if w8t.flags.c_contiguous:  # (k, o) copy: widened whole (Conv2D keeps these within WIDEN_BYTES)
+            blocks = None
+        else:  # (o, k) rows, transposed: blocks of output channels
+            w8r = w8t.T
+            step = max(1, LAZY_BLOCK_BYTES // (4 * k))
+            blocks = [(w8r[o0:o0 + step], slice(o0, o0 + step)) for o0 in range(0, o, step)]
+
+        def build_lazy(cols, acc, *work):
+            tgt = cols.reshape(src.shape)
+            rq = rq_make(acc.reshape(rq_shape), *work)
+            if blocks is None:
+                def call_lazy():
+                    if inner is not None:
+                        copyto(inner, x)
+                    wf = scratch("weights.wide", w8t.shape, f32)
+                    copyto(wf, w8t, casting="unsafe")
+                    copyto(tgt, src, casting="unsafe")
+                    matmul(cols, wf, out=acc)
+                    rq()
+                return call_lazy
+            parts = [(wb, acc[:, sl]) for wb, sl in blocks]
+
+            def call_lazy_blocks():
+                if inner is not None:
+                    copyto(inner, x)
+                copyto(tgt, src, casting="unsafe")
+                for wb, ab in parts:
+                    wf = scratch("weights.wide", wb.shape, f32)
+                    copyto(wf, wb, casting="unsafe")
+                    matmul(cols, wf.T, out=ab)
+                rq()
+            return call_lazy_blocks
+        return bound_arrays([("conv.cols", (m, k), np.float32), ("conv.acc", (m, o), np.float32)] + rq_needs,
+                            build_lazy)
 
     def build(cols, acc, *work):
         tgt = cols.reshape(src.shape)  # a view: the workspace arrays are contiguous
@@ -503,11 +559,23 @@ class Conv2D(BoundOutput, Kernel):
             raise ctx.fail("filter must be a constant tensor")
         # Filter as one (K, O/groups) matrix per group, K ordered (ky, kx, ci) like the im2col view.
         g, og = self.groups, o // self.groups
-        self.w8 = None
+        self.w8 = self.w8t = None
+        self.lazy_float = False
         if self._widen_per_eval(wdata, n * oh * ow, kh * kw * ci, o):
             # int8 weights stay in the model buffer; eval widens them per block of output channels
             self.w8 = np.asarray(wdata).reshape(o, kh * kw * ci)
             self.wmats = [None]
+        elif self.quantized and g == 1 and wdata.dtype == np.int8:
+            # a filter small plans keep as float32 (made at compile: _keep_float): larger plans
+            # widen it per call from int8 instead, into shared scratch
+            self.lazy_float = True
+            self.wmats = [None]
+            k8 = kh * kw * ci
+            w2 = np.asarray(wdata).reshape(o, k8)
+            if n * oh * ow > 1 and k8 * o * 4 <= self.WIDEN_BYTES:
+                self.w8t = np.ascontiguousarray(w2.T)  # (K, O): the GEMM's fast layout
+            else:  # one output pixel (a GEMV: either layout runs alike) or a large filter
+                self.w8 = w2
         else:
             wm = np.asarray(wdata, np.float32).reshape(g, og, kh * kw * ci).transpose(0, 2, 1)
             self.wmats = [np.ascontiguousarray(wm[i]) for i in range(g)]
@@ -537,7 +605,7 @@ class Conv2D(BoundOutput, Kernel):
             self.requant.acc_bounds = lambda w2=w2: 128 * np.abs(w2, dtype=np.int16).sum(axis=1, dtype=np.int64)
             m, k = n * oh * ow, kh * kw * ci
             self.tiny = None
-            if (g == 1 and self.w8 is None and k <= self.chunk
+            if (g == 1 and (self.w8 is None or self.lazy_float) and k <= self.chunk
                     and m * max(k, o) <= min(self.TINY_VALUES, self.COLS_BYTES // 4)):
                 # own column and accumulator buffers: eval is one copy, one GEMM, one requantization
                 # (their shapes here; the buffers are made on the first eval, so a layer the
@@ -579,7 +647,13 @@ class Conv2D(BoundOutput, Kernel):
         """``cols @ filter`` (int8 path) into ``acc`` (M, O), exact in float32."""
         w8 = self.w8
         if w8 is None:
-            return exact_int_matmul(cols, self.wmats[0], self.chunk, acc)
+            wm = self.wmats[0]
+            if wm is None:  # the int8 (K, O) copy, widened once per eval (lazy_float)
+                wm = scratch("weights.wide", self.w8t.shape, np.float32)
+                if not self._widened:
+                    np.copyto(wm, self.w8t, casting="unsafe")
+                    self._widened = True
+            return exact_int_matmul(cols, wm, self.chunk, acc)
         o, k = w8.shape
         if k > self.chunk:
             # a reduction too long for one exact float32 GEMM: exact float32 partial products
@@ -654,7 +728,11 @@ class Conv2D(BoundOutput, Kernel):
                 if self.pad.keeps(xp, x):
                     self._view = (xp, view)
             np.copyto(cols.reshape(view.shape), view, casting="unsafe")
-        np.matmul(cols, self.wmats[0], out=acc)
+        if self.wmats[0] is None:  # (lazy_float) widened from int8 now
+            self._widened = False
+            self._gemm(cols, acc)
+        else:
+            np.matmul(cols, self.wmats[0], out=acc)
         o2 = out.reshape(acc.shape)
         res = self.requant(acc, self.bias, out=o2)
         if res is not o2:
@@ -667,17 +745,20 @@ class Conv2D(BoundOutput, Kernel):
         a call is the window copy, one GEMM and the requantization into the output view."""
         if not (self.quantized and self.groups == 1):
             return None
+        if self.lazy_float and _keep_float():
+            self._make_float()
         x, out = ins[0], outs[0]
         if not _bindable(x, out, self.out_shape):
             return None
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
         m = n * oh * ow
-        k = self.w8.shape[1] if self.w8 is not None else self.wmats[0].shape[0]
+        k = self._k()
         cols_max, acc_max, widen_max = _bind_budget()
+        lazy = self.lazy_float  # (still int8 here: widened per call into scratch, any size)
         if self.tiny is None and (k > self.chunk or m * k * 4 + (0 if cols_max == BIND_BYTES else m * o * 20)
                                   > cols_max or m * o * 4 > acc_max
-                                  or (self.w8 is not None and k * o * 4 > widen_max)):
+                                  or (self.w8 is not None and not lazy and k * o * 4 > widen_max)):
             # a larger layer binds where one exact float32 GEMM covers the reduction, its
             # columns within BIND_BYTES, its accumulators (and a filter widened per call) within
             # BIND_ACC_BYTES, in the plan's shared workspace
@@ -688,14 +769,36 @@ class Conv2D(BoundOutput, Kernel):
             src, fill = _fixed_windows(self.pad, x, lambda xp: _window_view(xp, kh, kw, sh, sw, dh, dw, oh, ow))
             if src is None:
                 return None
-        if self.w8 is not None:  # int8 filter widened per call (as eval does), into the workspace
+        if self.w8 is not None and not lazy:  # int8 filter widened per call (as eval does), into the workspace
             return _bind_gemm(src, fill, None, None, self.requant, self.bias, out, m, k, o, w8=self.w8)
         if not self.pointwise and o <= self.GROUPED_MAX_OUT and m * o > 128:
             grouped = self._compile_grouped(x, out)
             if grouped is not None:
                 return grouped
         table = _threshold_table(self.requant, self.bias, m, o)
+        if lazy:  # the int8 filter as (K, O): the (K, O) copy, or the model buffer's (O, K) transposed
+            return _bind_gemm(src, fill, None, table, self.requant, self.bias, out, m, k, o,
+                              w8t=self.w8t if self.w8t is not None else self.w8.T)
         return _bind_gemm(src, fill, self.wmats[0], table, self.requant, self.bias, out, m, k, o)
+
+    def _k(self) -> int:
+        """The GEMM's reduction length (one group's KH * KW * CI)."""
+        if self.w8 is not None:
+            return self.w8.shape[1]
+        return (self.w8t if self.w8t is not None else self.wmats[0]).shape[0]
+
+    def _filter_f32(self) -> np.ndarray:
+        """The (K, O) float32 filter: the kept copy, or a new one from the int8 filter."""
+        if self.wmats[0] is not None:
+            return self.wmats[0]
+        w = self.w8t if self.w8t is not None else self.w8.T
+        return w.astype(np.float32, order="C")
+
+    def _make_float(self) -> None:
+        """Keep the float32 (K, O) copy of a lazy_float filter (small plans: see _keep_float)."""
+        self.wmats = [self._filter_f32()]
+        self.w8 = self.w8t = None
+        self.lazy_float = False
 
     #: layers with at most this many output channels bind with several output pixels per GEMM
     #: row (``_compile_grouped``): an N of 8 leaves BLAS mostly idle
@@ -711,7 +814,7 @@ class Conv2D(BoundOutput, Kernel):
         copy with runs of 9 and a GEMM with N = 8; G = 4: 576 x 81, runs of 27, N = 32."""
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
-        cin = self.wmats[0].shape[0] // (kh * kw)
+        cin = self._k() // (kh * kw)
         g = next((d for d in (4, 3, 2) if ow % d == 0), 0)
         if not g:
             return None
@@ -729,7 +832,7 @@ class Conv2D(BoundOutput, Kernel):
         src, fill = _fixed_windows(self.pad, x, view)
         if src is None:
             return None
-        wk = self.wmats[0].reshape(kh, kw, cin, o)
+        wk = self._filter_f32().reshape(kh, kw, cin, o)
         wt = np.zeros((kh, span, cin, g, o), np.float32)
         for kx in range(kw):
             for q in range(g):
@@ -738,15 +841,15 @@ class Conv2D(BoundOutput, Kernel):
                           rq_shape=(m * g, o))
 
     def _eval_int8_blocks(self, x):
+        self._widened = False
         if self.tiny is not None:
             return self._eval_int8_tiny(x)
-        self._widened = False
         kh, kw, sh, sw, dh, dw, oh, ow = self.geom
         n, _, _, o = self.out_shape
         out = self._out
         if out is None or out.shape != self.out_shape:
             out = np.empty(self.out_shape, np.int8)
-        k = self.w8.shape[1] if self.w8 is not None else self.wmats[0].shape[0]
+        k = self._k()
         rows = max(1, self.COLS_BYTES // (4 * max(k, o)))  # output pixels per GEMM
         # requantize several GEMM blocks at once (its fixed cost per call is some 20 us) unless a
         # long reduction makes the GEMM return float64 chunk sums instead of filling acc

@@ -575,3 +575,40 @@ def test_fitted_passes_fixups_and_gathered_channels(monkeypatch):
         seen["fixes"] += len(fit[5]) > 0
         seen["gathered"] += fit[2].size > 0
     assert seen["fitted"] >= 10 and seen["fixes"] >= 2 and seen["gathered"] >= 2, seen
+
+
+@pytest.mark.parametrize("spec_args,bound", [
+    (((1, 4, 4, 24), 40, 1, 1, (1, 1)), True),    # pointwise, tiny: bound, (K, O) int8 copy
+    (((1, 6, 5, 16), 24, 3, 3, (1, 1)), True),    # 3x3 with padding, bound
+    (((1, 2, 2, 64), 70, 2, 2, (2, 2)), True),    # one output pixel: the (O, K) filter in blocks
+    (((1, 9, 8, 40), 30, 3, 3, (1, 1)), False),   # eval's blocks
+    (((1, 5, 4, 130), 20, 3, 3, (1, 1)), False),  # K = 1170: float32 chunks summed in float64
+])
+@pytest.mark.parametrize("small_arena", [0, 1 << 30])
+def test_conv_int8_lazy_float_filters_match_litert(monkeypatch, spec_args, bound, small_arena):
+    """A filter small plans keep as float32 (``Conv2D.lazy_float``) stays int8 in a larger plan
+    (SMALL_ARENA_BYTES 0 here): widened per call into the shared scratch, by the bound call
+    (in blocks of output channels for a one-pixel layer, LAZY_BLOCK_BYTES made small) or by
+    eval; in a small plan the float32 copy is made at compile. Bit-exact with LiteRT either way."""
+    import edgerun.ops.conv as conv
+
+    monkeypatch.setattr(conv, "SMALL_ARENA_BYTES", small_arena)
+    monkeypatch.setattr(conv, "LAZY_BLOCK_BYTES", 4 * 256 * 24)  # 24-channel blocks of the 2x2x64 filter
+    if not bound:
+        monkeypatch.setattr(conv, "BIND_BYTES_LARGE_PLAN", 1024)
+        monkeypatch.setattr(conv, "BIND_BYTES", 1024)
+        monkeypatch.setattr(conv.Conv2D, "COLS_BYTES", 4 * 130 * 9 * 8)  # several row blocks
+    seen = []
+    orig = conv.Conv2D.compile
+
+    def spy(self, ins, outs):
+        call = orig(self, ins, outs)
+        seen.append((self.lazy_float, self.wmats[0] is None, call is not None))
+        return call
+
+    monkeypatch.setattr(conv.Conv2D, "compile", spy)
+    shape, oc, kh, kw, stride = spec_args
+    for seed in range(2):
+        conv_spec(shape, oc, kh, kw, stride=stride, seed=oc + seed).run_int8(seed=seed, act=RELU if seed else 0)
+    large = not small_arena
+    assert seen and all(s == (large, large, bound) for s in seen)
