@@ -612,3 +612,28 @@ def test_conv_int8_lazy_float_filters_match_litert(monkeypatch, spec_args, bound
         conv_spec(shape, oc, kh, kw, stride=stride, seed=oc + seed).run_int8(seed=seed, act=RELU if seed else 0)
     large = not small_arena
     assert seen and all(s == (large, large, bound) for s in seen)
+
+
+def test_requantizer_small_path_shares_work_arrays_bit_exact():
+    """Requantizers of the same accumulator shape share their small path's int64 work arrays
+    (one pair per shape and thread); calls interleaved between two of them still give each its
+    own exact results."""
+    from edgerun.ops.common import Requantizer
+
+    rng = np.random.default_rng(5)
+    shape = (4, 16)
+    layers = []
+    for seed in range(2):
+        reals = rng.uniform(1e-5, 3e-3, shape[1])
+        m, shift = quantize_multipliers(reals)
+        zp = int(rng.integers(-20, 20))
+        bias = rng.integers(-1 << 16, 1 << 16, shape[1]).astype(np.int64)
+        layers.append((Requantizer(m, shift, zp, -128, 127), m, shift, zp, bias))
+    for _ in range(3):
+        for r, m, shift, zp, bias in layers:
+            acc = rng.integers(-1 << 20, 1 << 20, shape).astype(np.float32)
+            out = np.empty(shape, np.int8)
+            assert r(acc, bias, out=out) is out
+            assert np.array_equal(out, _reference(acc.astype(np.int64) + bias, m, shift, zp, -128, 127))
+    (a,), (b,) = (list(r._small.values()) for r, *_ in layers)
+    assert a[1] is b[1] and a[2] is b[2]
