@@ -300,6 +300,8 @@ F64_TILE_VALUES = 4608
 #: 1.24-1.33 ms CPU in-process (+3-6 %); 2304 gave 6.4 MB and no faster
 F64_TILE_VALUES_WIDE_C = 1152
 F64_TILE_WIDE_C = 32
+#: ... and in larger plans (whose bound layers are the small ones: BIND_BYTES_LARGE_PLAN)
+F64_TILE_VALUES_LARGE_PLAN = 128
 SMALL_ARENA_BYTES = 128 * 1024  # vww 81 KB, ResNet-8 51 KB, kws 16 KB; iris landmark 204 KB
 
 
@@ -328,14 +330,18 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     arrays = len(consts) - (requant.qmin >= requant.zero_point) if consts is not None else 0
     width = n
     cap_w = F64_TILE_VALUES if c < F64_TILE_WIDE_C else F64_TILE_VALUES_WIDE_C
-    if consts is not None and small_plan and n > cap_w:
+    if not small_plan:
+        cap_w = F64_TILE_VALUES_LARGE_PLAN
+    if consts is not None and n > cap_w:
         # constants tiled to a half (a quarter, ...) of the output, the passes over 2 (4, ...)
         # rows of that width, at most F64_TILE_VALUES wide: vww's 36864-value layer 77 -> ~59 us
         # (widths 18432, 9216 and 4608 alike; 2304 +30 %); tiled to whole outputs, vww's
         # constants had been 4.9 MB
         while width % 2 == 0 and (width // 2) % c == 0 and width > cap_w:
             width //= 2
-    if consts is not None and width * 8 * arrays <= cap:
+    # (larger plans: only layers whose whole-output tiles would fit, as before the narrower
+    # tiles; more float64 layers grow the workspace's work arrays: face landmark +45 KB)
+    if consts is not None and (width if small_plan else n) * 8 * arrays <= cap:
         def make_f64(acc, t, sg):
             call = _f64_requant(requant, acc, bias, out, width=width, work=(t, sg), channel_bounds=chb)
             if call is not None:
