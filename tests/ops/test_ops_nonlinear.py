@@ -287,3 +287,32 @@ def test_prelu_int8_chunked_lookup(alpha_shape, monkeypatch):
     chunked = compare_with_litert(model, [x])[0]
     assert chunked.tobytes() == whole.tobytes()
     assert (chunked == 127).any() and (chunked == -128).any()
+
+
+@pytest.mark.parametrize("zp_in", [-128, -70, 0, 40])
+@pytest.mark.parametrize("bound", [True, False])
+def test_prelu_int8_compact_rows_match_litert(zp_in, bound, monkeypatch):
+    """Small PRELU inputs keep only each alpha row's values for x < zp_in, plus one shared table
+    of the results for x >= zp_in (``Prelu._compact``); from the plan's bound call or from eval
+    (compile disabled): equal to LiteRT for every code, per-channel alphas of both signs, input
+    zero points from -128 (no negative part) to 40 (168 of 256 codes negative)."""
+    from edgerun.ops import nonlinear
+
+    used = []
+    orig = nonlinear.Prelu._compact
+
+    def spy(self, rows, size):
+        orig(self, rows, size)
+        used.append(self.compact is not None and self.lut is None)
+
+    monkeypatch.setattr(nonlinear.Prelu, "_compact", spy)
+    if not bound:
+        monkeypatch.setattr(nonlinear.Prelu, "compile", lambda self, ins, outs: None)
+    shape = (1, 4, 8, 32)
+    rng = np.random.default_rng(200 + zp_in)
+    alpha = rng.integers(-128, 128, (1, 1, 32)).astype(np.int8)
+    x = all_codes(shape, seed=12, copies=4)
+    model = single_op("PRELU", shape, "int8", (0.04, zp_in), (0.03, -7), alpha=alpha, alpha_quant=(0.01, -2))
+    got = compare_with_litert(model, [x])[0]
+    assert used and all(used)
+    assert len(np.unique(got)) > 64
