@@ -578,9 +578,9 @@ class Conv2D(BoundOutput, Kernel):
             self.wmats = [None]
             k8 = kh * kw * ci
             w2 = np.asarray(wdata).reshape(o, k8)
-            if n * oh * ow > 1 and k8 * o * 4 <= self.WIDEN_BYTES:
+            if n * oh * ow > self.OK_LAYOUT_MAX_ROWS and k8 < self.OK_LAYOUT_MIN_K and k8 * o * 4 <= self.WIDEN_BYTES:
                 self.w8t = np.ascontiguousarray(w2.T)  # (K, O): the GEMM's fast layout
-            else:  # one output pixel (a GEMV: either layout runs alike) or a large filter
+            else:  # few output pixels, a long reduction or a large filter: no copy (see below)
                 self.w8 = w2
         else:
             wm = np.asarray(wdata, np.float32).reshape(g, og, kh * kw * ci).transpose(0, 2, 1)
@@ -639,6 +639,14 @@ class Conv2D(BoundOutput, Kernel):
     #: whatever their size (the widening is then at most 1/256 of the GEMM's multiply-adds;
     #: iris landmark int8: 0.4 MB less resident, CPU time within noise)
     WIDEN_ALWAYS_ROWS = 256
+
+    #: lazy_float filters stay in the model buffer's (O, K) layout (no int8 copy) for layers of
+    #: at most this many output pixels or at least OK_LAYOUT_MIN_K products per sum, where
+    #: BLAS runs (m, k) @ (o, k).T about as fast as against (k, o): iris landmark's 1x1
+    #: layers, isolated, 4x64 -> 128 1.5 -> 2.2 us, 4x512 -> 64 3.2 -> 4.2 us, 16x512 -> 64
+    #: 10.0 -> 9.5 us; at 16 and 64 pixels with K <= 128 the (O, K) layout costs 1.5-2.8x
+    OK_LAYOUT_MAX_ROWS = 4
+    OK_LAYOUT_MIN_K = 512
 
     def _widen_per_eval(self, wdata, rows: int, k: int, o: int) -> bool:
         if not (self.quantized and self.groups == 1 and wdata.dtype == np.int8):
