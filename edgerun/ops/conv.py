@@ -1026,12 +1026,13 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         self.geom = (kh, kw, sh, sw, dh, dw, oh, ow)
         self._view = (None, None)
         # tiny einsum layers (microWakeWord's one-pixel depthwise) keep their own small buffers:
-        # window columns, accumulators, the (taps, C) weight view and the output's 2-D shape
+        # window columns, accumulators, the (taps, C) weight view and the output's 2-D shape;
+        # the buffers are made on the first eval (a layer the plan binds never makes them: 62 KB
+        # on iris landmark int8)
         self.small = None
         if self.einsum and n * oh * ow * taps * oc <= 4096:
             m = n * oh * ow
-            self.small = (np.empty((n, oh, ow, kh, kw, oc), dtype), np.empty((m, oc), dtype),
-                          self.wf.reshape(taps, oc), (m, taps, oc))
+            self.small = ((n, oh, ow, kh, kw, oc), (m, oc), self.wf.reshape(taps, oc), (m, taps, oc))
         return [self.out_shape]
 
     def _tap_list(self):
@@ -1317,6 +1318,9 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         xp = self.pad(x)
         if self.small is not None:
             cols, acc, wk, shape3 = self.small
+            if type(cols) is tuple:
+                cols, acc = np.empty(cols, self.dtype), np.empty(acc, self.dtype)
+                self.small = (cols, acc, wk, shape3)
             np.copyto(cols, self._windows(xp, x))
             np.einsum("pkc,kc->pc", cols.reshape(shape3), wk, out=acc)
             out = self._out
