@@ -178,7 +178,9 @@ class Requantizer:
         # below the 2^(31+e) step once the 2^(30+e) rounding half is added). So the sign may be
         # read before the multiply, and 2^30 merges into the rounding constant: one pass fewer.
         self.sign_first = bool(np.all((self.m >= (1 << 30)) | (np.broadcast_to(self.neg, self.m.shape) == 0)))
-        self.add_plain_30 = shrink((half << 31) + (1 << 30))
+        # the rounding constant without the zero point: only the unfolded form and scale() use
+        # it (made on first use otherwise: a per-channel int64 array per layer)
+        self._add_plain_30 = None if self.fold_zp else shrink((half << 31) + (1 << 30))
         self.add_zp_30 = shrink((half << 31) + zp_term + (1 << 30))
         self._tiles: dict = {}
         self._layouts: dict = {}
@@ -188,6 +190,16 @@ class Requantizer:
         #: acc_bound + max|bias| < 2^24, acc + bias is exact in float32 and converts straight to
         #: int32 (a cheaper pass than float -> int64)
         self.acc_bound: float | None = None
+
+    @property
+    def add_plain_30(self):
+        """2^(e-1) * 2^31 + 2^30 per channel (the rounding half of the right shift e, and
+        SRDHM's nudge), without the zero point."""
+        if self._add_plain_30 is None:
+            right = np.asarray(self.total, np.int64) - 31
+            a = (((np.int64(1) << right) >> 1) << 31) + (1 << 30)
+            self._add_plain_30 = int(a) if a.ndim == 0 else a
+        return self._add_plain_30
 
     #: per-channel constants are tiled along the last axis up to this many values, so that the
     #: ufuncs run long inner loops instead of one short loop per pixel (256 runs as fast as
@@ -238,7 +250,7 @@ class Requantizer:
         if (bias is not None and bound is not None and self.sign_first and left is None
                 and bound < FLOAT32_EXACT):
             bias32 = t(bias).astype(np.float32)
-        consts = (t(m), t(left) if left is not None else None, t(self.add_plain_30),
+        consts = (t(m), t(left) if left is not None else None, None if self.fold_zp else t(self.add_plain_30),
                   t(self.add_zp_30), t(self.neg), t(self.total), t(bias) if bias is not None else None, bias32)
         if len(self._tiles) > 64:
             self._tiles.clear()
@@ -277,10 +289,13 @@ class Requantizer:
             out_shape = acc.shape
             acc = acc.reshape(work)
             m, left, add_plain, add_zp, neg, total, bias, bias32 = self._tiled(reps, bias)
+            if add_plain is None and not with_zp:  # (not tiled when the zero point folds: scale())
+                add_plain = self.add_plain_30
+                add_plain = np.tile(add_plain, reps) if isinstance(add_plain, np.ndarray) else add_plain
             shape = work
         else:
-            m, left, add_plain, add_zp, neg, total = (self.m, self.left, self.add_plain_30, self.add_zp_30,
-                                                      self.neg, self.total)
+            m, left, add_zp, neg, total = self.m, self.left, self.add_zp_30, self.neg, self.total
+            add_plain = None if (with_zp and self.fold_zp) else self.add_plain_30
             bias32 = None
             shape = out_shape = np.broadcast_shapes(np.shape(acc), np.shape(self.m),
                                                     np.shape(bias) if bias is not None else ())

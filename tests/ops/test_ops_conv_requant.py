@@ -637,3 +637,24 @@ def test_requantizer_small_path_shares_work_arrays_bit_exact():
             assert np.array_equal(out, _reference(acc.astype(np.int64) + bias, m, shift, zp, -128, 127))
     (a,), (b,) = (list(r._small.values()) for r, *_ in layers)
     assert a[1] is b[1] and a[2] is b[2]
+
+
+@pytest.mark.parametrize("shape", [(64, 5), (8, 40, 5), (1, 5)])  # tiled rows, 3-D, one row
+def test_requantizer_scale_and_call_without_kept_plain_constant(shape):
+    """The rounding constant without the zero point is made on first use when the zero point
+    folds into the shift (its only users are then ``scale()`` and the unfolded form):
+    ``scale()`` still equals MultiplyByQuantizedMultiplier, and the calls before and after it
+    equal the reference."""
+    from edgerun.ops.common import Requantizer
+
+    rng = np.random.default_rng(17)
+    c = shape[-1]
+    m, shift = quantize_multipliers([0.9, 0.6, 0.3, 0.07, 3e-3][:c])  # right shifts 0, 0, 1, 3, 8
+    r = Requantizer(m, shift, -5, -128, 127)
+    assert r.fold_zp and r._add_plain_30 is None
+    acc = rng.integers(-1 << 20, 1 << 20, shape).astype(np.int64)
+    bias = rng.integers(-1000, 1000, c).astype(np.int64)
+    want = _reference(acc + bias, m, shift, -5, -128, 127)
+    assert np.array_equal(r(acc.astype(np.float32), bias), want)
+    assert np.array_equal(r.scale(acc), multiply_by_quantized_multiplier(acc, m, shift))
+    assert np.array_equal(r(acc.astype(np.float32), bias), want)
