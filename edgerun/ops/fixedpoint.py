@@ -625,7 +625,9 @@ def _requant_bounded_class():
 
         def _fit(self, bias, c: int):
             """(mu, cc, risky channel indices, their requantizer, their bias) for the fitted
-            float32 passes, or None. Only under a fused RELU / RELU6 (``qmin >= zero point``).
+            float32 passes, or None. Under a fused RELU / RELU6 (``qmin >= zero point``) one line;
+            without one (``qmin < zero point < qmax``) two lines sharing ``mu`` (``_two_lines``), the
+            same checks on each line's own levels, fix-ups by value on the sum, nothing gathered.
 
             The reference result is a nondecreasing step function of the integer accumulator:
             ``qmin + #{l : acc >= T_l}``, ``T_l`` each level's least accumulator (the closed form
@@ -645,13 +647,25 @@ def _requant_bounded_class():
             if hit is not None and hit[0] is bias:
                 return hit[1]
             res = None
-            p = self._channel_params(bias, c) if self.qmin >= self.zero_point else None
+            two = self.qmin < self.zero_point  # no fused activation: two lines (see ``_fitted``)
+            p = (self._channel_params(bias, c)
+                 if self.qmin >= self.zero_point or (self.TWO_LINES and self.zero_point < self.qmax) else None)
             if p is not None and p[6] < FLOAT32_EXACT and int(p[1].max(initial=0)) <= 20:
                 m2_all, right_all, b_all, mu_all, c0_all, bmax = p[0], p[1], p[2], p[3], p[4], p[6]
                 right = right_all[:, None]
                 bound = float(self.acc_bound)
                 levels = np.arange(self.qmin + 1, self.qmax + 1, dtype=np.int64)[None, :]
                 lv = (levels + 128).astype(np.float64)  # the result plus 128: floor(a) >= lv
+                if two:  # U's levels above the zero point, V's at or below it (see ``_fitted``)
+                    q0, lo8, hi8 = self.zero_point + 128, self.qmin + 128, self.qmax + 128
+                    vo = self.TWO_VO
+                    s_off = q0 if vo == 0 else int(np.clip(64, max(hi8 - 255, q0 - lo8 - 128, 0), min(q0, 127)))
+                    pos = levels > self.zero_point
+                    lv = np.where(pos, lv - s_off, lv + vo + s_off - q0)
+                    sides = (pos, ~pos)
+                else:
+                    sides = (np.ones(levels.shape, bool),)
+                cc_two = np.zeros(c, np.float32)
                 big = int(bmax) + 2
                 ok = np.zeros(c, bool)
                 mu_f = np.zeros(c, np.float32)
@@ -685,27 +699,38 @@ def _requant_bounded_class():
                             break
                         ph = hi_pt * m[:, None]  # float32, as the passes
                         pl = lo_pt * m[:, None]
-                        clo = np.max(np.where(hi_use, lv - ph, -np.inf), axis=1, initial=-np.inf)
-                        chi = np.min(np.where(lo_use, lv - pl, np.inf), axis=1, initial=np.inf)
-                        fin_lo, fin_hi = np.isfinite(clo), np.isfinite(chi)
-                        mid = np.where(fin_lo & fin_hi, (clo + chi) / 2,
-                                       np.where(fin_lo, np.maximum(clo + 0.5, c_mid),
-                                                np.where(fin_hi, np.minimum(chi - 0.5, c_mid), c_mid)))
-                        cc = mid.astype(np.float32)
+                        ccs = []
+                        for side in sides:  # a constant per line
+                            shift_c = 0.0 if not two else (-s_off if side is sides[0] else vo + s_off - q0)
+                            clo = np.max(np.where(hi_use & side, lv - ph, -np.inf), axis=1, initial=-np.inf)
+                            chi = np.min(np.where(lo_use & side, lv - pl, np.inf), axis=1, initial=np.inf)
+                            fin_lo, fin_hi = np.isfinite(clo), np.isfinite(chi)
+                            cm = c_mid + shift_c
+                            mid = np.where(fin_lo & fin_hi, (clo + chi) / 2,
+                                           np.where(fin_lo, np.maximum(clo + 0.5, cm),
+                                                    np.where(fin_hi, np.minimum(chi - 0.5, cm), cm)))
+                            ccs.append(mid.astype(np.float32))
+                        cc = ccs[0]
                         if m is base:
-                            cc_base = cc
-                        ah = np.floor(ph + cc[:, None])  # float32 sums, as the passes
-                        al = np.floor(pl + cc[:, None])
+                            cc_base, cv_base = cc, ccs[-1]
+                        ccl = ccs[0][:, None] if not two else np.where(sides[0], ccs[0][:, None], ccs[1][:, None])
+                        ah = np.floor(ph + ccl)  # float32 sums, as the passes
+                        al = np.floor(pl + ccl)
                         good = (np.all(~hi_use | (ah >= lv), axis=1) & np.all(~lo_use | (al < lv), axis=1)
                                 & (m > 0) & ~okc)
                         mu_f[sl][good] = m[good]
                         cc_f[sl][good] = cc[good]
+                        if two:
+                            cc_two[sl][good] = ccs[1][good]
                         okc |= good
                     if not okc.all():
-                        fixable, fx = self._fix_values(t[~okc], base[~okc], cc_base[~okc], bound)
+                        fixable, fx = self._fix_values(t[~okc], base[~okc], cc_base[~okc], bound,
+                                                       (cv_base[~okc], s_off, vo) if two else None)
                         ix = np.flatnonzero(~okc)[fixable]
                         mu_f[sl][ix] = base[ix]
                         cc_f[sl][ix] = cc_base[ix]
+                        if two:
+                            cc_two[sl][ix] = cv_base[ix]
                         okc[ix] = True
                         idx.extend((ix + j0).tolist())
                         fixes.extend(fx)
@@ -720,7 +745,8 @@ def _requant_bounded_class():
                             arrays[k][1][j] = 1 if d > 0 else 255
                     fixes = [(v, d) for v, d in arrays]
                 risky = np.flatnonzero(~ok)
-                if risky.size <= self.FIT_MAX_RISKY * c and len(fixes) <= self.FIT_MAX_FIXES:
+                if risky.size <= (self.TWO_MAX_RISKY if two else self.FIT_MAX_RISKY) * c and len(fixes) <= (
+                        self.TWO_MAX_FIXES if two else self.FIT_MAX_FIXES):
                     sub = sub_bias = None
                     if risky.size:
                         shift = (np.broadcast_to(self.left if self.left is not None else 0, (c,))
@@ -729,7 +755,8 @@ def _requant_bounded_class():
                                                   self.zero_point, self.qmin, self.qmax, self.acc_bound)
                         sub.FIT = False
                         sub_bias = np.ascontiguousarray(np.asarray(bias)[risky]) if bias is not None else None
-                    res = (mu_f, cc_f, risky, sub, sub_bias, fixes, {})
+                    res = (mu_f, cc_f, risky, sub, sub_bias, fixes, {},
+                           (cc_two, s_off, vo) if two else None)
             self._fast[key] = (bias, res)
             return res
 
@@ -740,7 +767,7 @@ def _requant_bounded_class():
         #: accumulators either side of each level's threshold enumerated by ``_fix_values``
         FIT_WINDOW = 4
 
-        def _fix_values(self, t, mu, cc, bound):
+        def _fix_values(self, t, mu, cc, bound, two=None):
             """For channels (rows of ``t``, each level's least accumulator) whose float32 line
             ``(mu, cc)`` misses some levels: (fixable mask, per fixable channel the list of
             (accumulator, +1/-1) whose floor is one off). Every accumulator within
@@ -755,9 +782,17 @@ def _requant_bounded_class():
             for j0 in range(0, t.shape[0], n):  # (n, levels, 2W) work arrays
                 tj = t[j0:j0 + n]
                 accs = np.clip(tj[:, :, None] + k, -bound, bound)  # (channels, levels, 2W)
-                a = accs.astype(np.float32) * mu[j0:j0 + n, None, None]
-                a += cc[j0:j0 + n, None, None]
-                a = np.floor(np.clip(a, np.float32(self.qmin + 128), np.float32(self.qmax + 128)))
+                p = accs.astype(np.float32) * mu[j0:j0 + n, None, None]
+                a = p + cc[j0:j0 + n, None, None]
+                if two is None:
+                    a = np.floor(np.clip(a, np.float32(self.qmin + 128), np.float32(self.qmax + 128)))
+                else:  # U + V - vo (``_two_lines``), with the passes' float32 operations
+                    cv, s_off, vo = two
+                    q0 = self.zero_point + 128
+                    a = np.floor(np.clip(a, np.float32(q0 - s_off), np.float32(self.qmax + 128 - s_off)))
+                    b = p + cv[j0:j0 + n, None, None]
+                    a += np.floor(np.clip(b, np.float32(self.qmin + 128 + vo + s_off - q0), np.float32(vo + s_off)))
+                    a -= vo
                 diff = np.empty(accs.shape, np.float64)
                 for j in range(tj.shape[0]):
                     diff[j] = np.searchsorted(tj[j], accs[j], side="right")
@@ -766,11 +801,12 @@ def _requant_bounded_class():
                 ends_ok = (diff[:, :, 0] == 0) | (accs[:, :, 0] == -bound)
                 ends_ok &= (diff[:, :, -1] == 0) | (accs[:, :, -1] == bound)
                 fx = ends_ok.all(axis=1) & (np.abs(diff) <= 1).all(axis=(1, 2))
-                fx &= (diff != 0).sum(axis=(1, 2)) <= self.FIT_MAX_FIXES * 3  # duplicates counted
+                lim = self.FIT_MAX_FIXES if two is None else self.TWO_MAX_FIXES
+                fx &= (diff != 0).sum(axis=(1, 2)) <= lim * 3  # duplicates counted
                 for j in np.flatnonzero(fx):
                     sel = diff[j] != 0
                     pairs = sorted(set(zip(accs[j][sel].tolist(), diff[j][sel].astype(int).tolist())))
-                    if len({x for x, _ in pairs}) != len(pairs) or len(pairs) > self.FIT_MAX_FIXES:
+                    if len({x for x, _ in pairs}) != len(pairs) or len(pairs) > lim:
                         fx[j] = False  # one accumulator, two answers; or too many
                         continue
                     fixes.append(pairs)
@@ -780,7 +816,7 @@ def _requant_bounded_class():
         def _fitted(self, acc, fit, out):
             """The fitted passes (``_fit``): multiply, add, clip, cast to uint8, XOR; the risky
             channels gathered and requantized apart."""
-            mu, cc, risky, sub, sub_bias, fixes, tiles = fit
+            mu, cc, risky, sub, sub_bias, fixes, tiles, two = fit
             c = mu.size
             rows = acc.size // c
             reps = 1
@@ -795,14 +831,16 @@ def _requant_bounded_class():
                 tiled = tiles[reps] = (np.tile(mu, reps), np.tile(cc, reps),
                                        [(np.tile(v, reps), np.tile(d, reps),
                                          0 if (d == 1).any() and (d == 255).any() else (1 if (d == 1).any() else -1))
-                                        for v, d in fixes])
-            mu_t, cc_t, fix_t = tiled
+                                        for v, d in fixes], None if two is None else np.tile(two[0], reps))
+            mu_t, cc_t, fix_t, cv_t = tiled
             a2 = acc.reshape(-1, w)
             o2 = out.reshape(-1, w).view(np.uint8)
             lo = np.float32(self.qmin + 128)
             hi = np.float32(self.qmax + 128)
             step = max(1, self.SUB // w)
-            for r0 in range(0, a2.shape[0], step):
+            if two is not None:
+                self._two_lines(a2, o2, mu_t, cc_t, cv_t, two[1], two[2], step, fix_t)
+            for r0 in range(0, a2.shape[0] if two is None else 0, step):
                 xa = a2[r0:r0 + step]
                 t = scratch("requant.f32", xa.shape, np.float32)
                 np.multiply(xa, mu_t, out=t)
@@ -817,17 +855,18 @@ def _requant_bounded_class():
                     else:
                         np.multiply(mask, d, out=mask)
                         np.add(u, mask, out=u)  # uint8 wraps: 255 is minus one
-            np.bitwise_xor(o2, np.uint8(0x80), out=o2)
+            if two is None or two[2] == 0:
+                np.bitwise_xor(o2, np.uint8(0x80), out=o2)
             if risky.size:
                 o2 = out.reshape(rows, c)
                 part = np.take(acc.reshape(rows, c), risky, axis=1)
                 # constants tiled to 128-value rows (F64_WIDTH's 1024 had kept 0.5 MB more on hand
                 # landmark int8: four float64 rows per layer and row count)
-                tiles = (sub.f64_tiles(sub_bias, risky.size, rows, self.FIT_SUB_WIDTH, False, False)
+                tiles = (sub.f64_tiles(sub_bias, risky.size, rows, self.FIT_SUB_WIDTH, False, two is not None)
                          if sub_bias is not None else None)
                 if tiles is None:
                     o2[:, risky] = sub(part, sub_bias)
-                else:  # the exact float64 passes (no recomputation; fixed cost below the int64 path's)
+                elif two is None:  # the exact float64 passes (no recomputation; fixed cost below the int64 path's)
                     w, consts = tiles
                     a2 = part.reshape(-1, w)
                     t = np.empty(a2.shape, np.float64)
@@ -835,7 +874,68 @@ def _requant_bounded_class():
                     f64_passes(a2, t, None, u, consts, float(lo), float(hi) + 0.5, False)
                     np.bitwise_xor(u, np.uint8(0x80), out=u)
                     o2[:, risky] = u.reshape(rows, risky.size).view(np.int8)
+                else:  # with the sign term, in blocks of at most FIT_F64_BLOCK values (int64 work rows)
+                    w, consts = tiles
+                    a2 = part.reshape(-1, w)
+                    u = np.empty(a2.shape, np.uint8)
+                    bstep = max(1, self.FIT_F64_BLOCK // w)
+                    for r0 in range(0, a2.shape[0], bstep):
+                        xa = a2[r0:r0 + bstep]
+                        t = scratch("requant.f64", xa.shape, np.float64)
+                        sg = scratch("requant.sg64", xa.shape, np.int64)
+                        f64_passes(xa, t, sg, u[r0:r0 + bstep], consts, float(lo), float(hi) + 0.5, True)
+                    np.bitwise_xor(u, np.uint8(0x80), out=u)
+                    o2[:, risky] = u.reshape(rows, risky.size).view(np.int8)
             return out
+
+        #: no fused activation (``qmin < zero point < qmax``): two fitted lines (``_two_lines``)
+        TWO_LINES = True
+        #: V's offset: 128 (U + V is the int8 byte) or 0 (smaller values: a finer float32 grid;
+        #: then an XOR of the output bytes)
+        TWO_VO = 0
+        #: ... only while at most this share of the channels is gathered
+        TWO_MAX_RISKY = 0.0
+        #: ... and at most this many accumulators per channel fixed by value
+        TWO_MAX_FIXES = 2
+        #: the gathered channels' float64 passes with the sign term, this many values at a time
+        FIT_F64_BLOCK = 4096
+
+        def _two_lines(self, a2, o2, mu, cu, cv, s_off, vo, step, fix_t):
+            """The fitted passes without a fused activation. The reference is a nondecreasing step
+            function of the accumulator whose levels above the zero point ``q0`` (plus 128) follow
+            one float32 line ``P`` (``x >= 0``) and those at or below it another, ``N`` (``x < 0``:
+            RoundingDivideByPOT rounds negative ties down, a jump of 1-2 accumulators at zero).
+            With ``s`` (``s_off``) in ``[max(0, q0 - 128, hi - 255), min(q0, 127)]``, the uint8 casts
+            ``U = floor(clip(acc*mu + cu, q0 - s, hi - s))`` and
+            ``V = floor(clip(acc*mu + cv, lo + 128 + s - q0, 128 + s))`` are ``max(r, q0) - s`` and
+            ``min(r, q0) + 128 + s - q0`` (``r`` the reference plus 128), so ``U + V`` (mod 256) is
+            ``r + 128``: the int8 result's byte. ``_fit`` checks each line at both sides of every one
+            of its levels' least accumulators (U and V are nondecreasing in acc). Passes: multiply,
+            two adds, two clips, two casts, a uint8 add (the check path: 9-10)."""
+            q0, lo8, hi8 = self.zero_point + 128, self.qmin + 128, self.qmax + 128
+            ulo, uhi = np.float32(q0 - s_off), np.float32(hi8 - s_off)
+            vlo, vhi = np.float32(lo8 + vo + s_off - q0), np.float32(vo + s_off)
+            for r0 in range(0, a2.shape[0], step):
+                xa = a2[r0:r0 + step]
+                t = scratch("requant.f32", xa.shape, np.float32)
+                b = scratch("requant.sign", xa.shape, np.float32)
+                np.multiply(xa, mu, out=t)
+                np.add(t, cv, out=b)
+                np.add(t, cu, out=t)
+                clip_ufunc(t, ulo, uhi, out=t)
+                clip_ufunc(b, vlo, vhi, out=b)
+                u = o2[r0:r0 + step]
+                np.copyto(u, t, casting="unsafe")  # >= 0: truncation = floor
+                v = scratch("requant.u8", xa.shape, np.uint8)
+                np.copyto(v, b, casting="unsafe")
+                np.add(u, v, out=u)  # mod 256
+                for fv, d, way in fix_t:  # as in ``_fitted``
+                    mask = np.equal(xa, fv, out=scratch("requant.mask", xa.shape, np.bool_)).view(np.uint8)
+                    if way:
+                        (np.add if way > 0 else np.subtract)(u, mask, out=u)
+                    else:
+                        np.multiply(mask, d, out=mask)
+                        np.add(u, mask, out=u)
 
         _last_table = (None, None, None)  # (bias, channels, table) of the last table call
 
@@ -858,7 +958,8 @@ def _requant_bounded_class():
                     or self.dtype is not np.int8 or self.m.ndim > 1 or self.m.size not in (1, c)
                     or not (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
                 return super().__call__(acc, bias, out)
-            if self.FIT and self.qmin >= self.zero_point and acc.size >= self.FIT_MIN:
+            if self.FIT and acc.size >= self.FIT_MIN and (
+                    self.qmin >= self.zero_point or (self.TWO_LINES and self.zero_point < self.qmax)):
                 fit = self._fit(bias, c)
                 if fit is not None:
                     if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:

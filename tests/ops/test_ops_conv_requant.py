@@ -658,3 +658,38 @@ def test_requantizer_scale_and_call_without_kept_plain_constant(shape):
     assert np.array_equal(r(acc.astype(np.float32), bias), want)
     assert np.array_equal(r.scale(acc), multiply_by_quantized_multiplier(acc, m, shift))
     assert np.array_equal(r(acc.astype(np.float32), bias), want)
+
+
+def test_two_fitted_lines_without_activation_every_accumulator(monkeypatch):
+    """Without a fused activation (``qmin < zero point < qmax``) the fitted passes take two float32
+    lines (``_two_lines``): the levels above the zero point and those at or below it, whose
+    thresholds RoundingDivideByPOT's negative ties move by 1-2 accumulators. Every accumulator of
+    the whole range ``[-bound, bound]`` of every channel, in large and small calls, equals the
+    fixed-point reference; the two-line passes (with fix-ups by value on some layers) produced it."""
+    cls = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
+    monkeypatch.setattr(cls, "SUB", 4096)
+    rng = np.random.default_rng(5)
+    seen = {"two": 0, "fixes": 0}
+    for trial in range(16):
+        zp, qmin, qmax = [(-5, -128, 127), (-120, -128, 127), (90, -128, 127), (3, -100, 60)][trial % 4]
+        c = 16
+        bound = int(rng.choice([60000, 150000]))
+        reals = rng.uniform(0.5, 2, c) * (200.0 / bound) * float(rng.choice([0.5, 1, 2]))
+        m, shift = quantize_multipliers(reals)
+        bias = rng.integers(-bound // 4, bound // 4, c).astype(np.int32)
+        r = bounded_requantizer(m, shift, zp, qmin, qmax, acc_bound=float(bound))
+        fit = r._fit(bias, c)
+        if fit is None:
+            continue
+        assert fit[7] is not None and fit[2].size == 0  # two lines, nothing gathered
+        x = np.broadcast_to(np.arange(-bound, bound + 1, dtype=np.int64)[:, None], (2 * bound + 1, c))
+        want = _reference(x + bias, m, shift, zp, qmin, qmax)
+        rows = (2 * bound + 1) // 2 * 2  # whole-range call, then a call below FAST_MIN
+        got = r(np.ascontiguousarray(x[:rows], np.float32), bias)
+        assert np.array_equal(got, want[:rows])
+        small = slice(bound - 400, bound - 400 + 12000 // c)
+        assert np.array_equal(r(np.ascontiguousarray(x[small], np.float32), bias), want[small])
+        assert np.array_equal(r(x[-8:].astype(np.float32), bias), want[-8:])  # the threshold table
+        seen["two"] += 1
+        seen["fixes"] += len(fit[5]) > 0
+    assert seen["two"] >= 8 and seen["fixes"] >= 2, seen
