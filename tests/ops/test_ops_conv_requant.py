@@ -660,16 +660,21 @@ def test_requantizer_scale_and_call_without_kept_plain_constant(shape):
     assert np.array_equal(r(acc.astype(np.float32), bias), want)
 
 
-def test_two_fitted_lines_without_activation_every_accumulator(monkeypatch):
+@pytest.mark.parametrize("risky,vo", [(0.0, 0), (0.5, 0), (0.0, 128)])
+def test_two_fitted_lines_without_activation_every_accumulator(monkeypatch, risky, vo):
     """Without a fused activation (``qmin < zero point < qmax``) the fitted passes take two float32
     lines (``_two_lines``): the levels above the zero point and those at or below it, whose
     thresholds RoundingDivideByPOT's negative ties move by 1-2 accumulators. Every accumulator of
     the whole range ``[-bound, bound]`` of every channel, in large and small calls, equals the
-    fixed-point reference; the two-line passes (with fix-ups by value on some layers) produced it."""
+    fixed-point reference; the two-line passes (with fix-ups by value on some layers) produced it.
+    Also with the options off by default: channels gathered into the float64 passes with the sign
+    term (TWO_MAX_RISKY), and V offset by 128 (TWO_VO, no final XOR)."""
     cls = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
     monkeypatch.setattr(cls, "SUB", 4096)
+    monkeypatch.setattr(cls, "TWO_MAX_RISKY", risky)
+    monkeypatch.setattr(cls, "TWO_VO", vo)
     rng = np.random.default_rng(5)
-    seen = {"two": 0, "fixes": 0}
+    seen = {"two": 0, "fixes": 0, "gathered": 0}
     for trial in range(16):
         zp, qmin, qmax = [(-5, -128, 127), (-120, -128, 127), (90, -128, 127), (3, -100, 60)][trial % 4]
         c = 16
@@ -681,7 +686,7 @@ def test_two_fitted_lines_without_activation_every_accumulator(monkeypatch):
         fit = r._fit(bias, c)
         if fit is None:
             continue
-        assert fit[7] is not None and fit[2].size == 0  # two lines, nothing gathered
+        assert fit[7] is not None and (risky or fit[2].size == 0)  # two lines; gathered only if allowed
         x = np.broadcast_to(np.arange(-bound, bound + 1, dtype=np.int64)[:, None], (2 * bound + 1, c))
         want = _reference(x + bias, m, shift, zp, qmin, qmax)
         rows = (2 * bound + 1) // 2 * 2  # whole-range call, then a call below FAST_MIN
@@ -692,4 +697,7 @@ def test_two_fitted_lines_without_activation_every_accumulator(monkeypatch):
         assert np.array_equal(r(x[-8:].astype(np.float32), bias), want[-8:])  # the threshold table
         seen["two"] += 1
         seen["fixes"] += len(fit[5]) > 0
-    assert seen["two"] >= 8 and seen["fixes"] >= 2, seen
+        seen["gathered"] += fit[2].size > 0
+    assert seen["two"] >= 8 and (seen["fixes"] >= 2 or risky), seen
+    if risky:
+        assert seen["gathered"] >= 1, seen
