@@ -204,6 +204,13 @@ def _cols_view(cols: np.ndarray, shape) -> np.ndarray | None:
     return v if np.shares_memory(v, cols) else None
 
 
+def _warm(requant, bias, c: int, values: int) -> None:
+    """The requantizer's fitted constants made at prepare (``BoundedRequantizer.warm``)."""
+    warm = getattr(requant, "warm", None)
+    if warm is not None:
+        warm(bias, c, values)
+
+
 def _threshold_table(requant, bias, m: int, c: int):
     """The requantizer's threshold table for ``m`` rows of ``c`` channels, under the conditions
     its own call takes it (at most ``TABLE_MAX`` values, per-tensor or per-channel int8), or None."""
@@ -617,6 +624,7 @@ class Conv2D(BoundOutput, Kernel):
                 # (their shapes here; the buffers are made on the first eval, so a layer the
                 # invoke plan binds, in its shared workspace, holds none)
                 self.tiny = ((m, k), (m, o))
+            _warm(self.requant, self.bias, o, m * o)
         else:
             self.pad = _PaddedInput(x_shape, (pt, pb, pl, pr), np.float32, 0.0)
             self.bias = _bias(ctx, 2, o, np.float32)
@@ -1033,6 +1041,8 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         if self.einsum and n * oh * ow * taps * oc <= 4096:
             m = n * oh * ow
             self.small = ((n, oh, ow, kh, kw, oc), (m, oc), self.wf.reshape(taps, oc), (m, taps, oc))
+        if self.quantized:
+            _warm(self.requant, self.bias, oc, n * oh * ow * oc)
         return [self.out_shape]
 
     def _tap_list(self):

@@ -937,6 +937,16 @@ def _requant_bounded_class():
                         np.multiply(mask, d, out=mask)
                         np.add(u, mask, out=u)
 
+        def warm(self, bias, c: int, values: int) -> None:
+            """Make the fitted passes' constants (``_fit``) now, for a layer of ``values``
+            accumulators in ``c`` channels, where its calls will take them: at prepare the process
+            is below its later peak, while on the first invoke the fit's transient work arrays
+            (about 0.3 MB a layer) sit on top of the arena and the scratch pool."""
+            if (self.FIT and values >= self.FIT_MIN and c and self.dtype is np.int8 and self.m.ndim <= 1
+                    and self.m.size in (1, c) and isinstance(bias, np.ndarray) and bias.shape == (c,)
+                    and (self.qmin >= self.zero_point or (self.TWO_LINES and self.zero_point < self.qmax))):
+                self._fit(bias, c)
+
         _last_table = (None, None, None)  # (bias, channels, table) of the last table call
 
         def __call__(self, acc, bias=None, out=None):
