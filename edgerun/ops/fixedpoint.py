@@ -917,8 +917,11 @@ def _requant_bounded_class():
             vlo, vhi = np.float32(lo8 + vo + s_off - q0), np.float32(vo + s_off)
             for r0 in range(0, a2.shape[0], step):
                 xa = a2[r0:r0 + step]
-                t = scratch("requant.f32", xa.shape, np.float32)
-                b = scratch("requant.sign", xa.shape, np.float32)
+                # U's and V's float32 rows, both in the conv columns' buffer (dead once the
+                # accumulators exist; its 256 KB hold both at SUB's blocks): a separate V buffer
+                # had grown the binary ops' index buffer 64 -> 128 KB on iris landmark int8
+                tb = scratch("requant.f32", (2,) + xa.shape, np.float32)
+                t, b = tb[0], tb[1]
                 np.multiply(xa, mu, out=t)
                 np.add(t, cv, out=b)
                 np.add(t, cu, out=t)
