@@ -813,18 +813,22 @@ def _requant_bounded_class():
                 fixable[j0:j0 + n] = fx
             return fixable, fixes
 
+        def _row_reps(self, rows: int, c: int) -> int:
+            """How many accumulator rows of ``c`` channels make one work row: the most that divide
+            ``rows`` and fit in ``TILE`` values (1 where ``c`` alone reaches it)."""
+            if c < self.TILE:
+                for r in range(min(rows, self.TILE // c), 0, -1):
+                    if rows % r == 0:
+                        return r
+            return 1
+
         def _fitted(self, acc, fit, out):
             """The fitted passes (``_fit``): multiply, add, clip, cast to uint8, XOR; the risky
             channels gathered and requantized apart."""
             mu, cc, risky, sub, sub_bias, fixes, tiles, two = fit
             c = mu.size
             rows = acc.size // c
-            reps = 1
-            if c < self.TILE:
-                for r in range(min(rows, self.TILE // c), 0, -1):
-                    if rows % r == 0:
-                        reps = r
-                        break
+            reps = self._row_reps(rows, c)
             w = reps * c
             tiled = tiles.get(reps)
             if tiled is None:
@@ -986,12 +990,7 @@ def _requant_bounded_class():
             if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
                 out = np.empty(acc.shape, np.int8)
             rows = acc.size // c
-            reps = 1
-            if c < self.TILE:
-                for r in range(min(rows, self.TILE // c), 0, -1):
-                    if rows % r == 0:
-                        reps = r
-                        break
+            reps = self._row_reps(rows, c)
             w = reps * c
             tiled = tiles.get(reps)
             if tiled is None:  # the float32 constants, repeated along the work rows
