@@ -33,10 +33,13 @@ from edgerun.schema.tflite import Activation, DimensionType, MirrorPadMode
 _SHAPE_DTYPES = ("float32", "int8", "int32", "int64")
 
 
-def _ints(ctx, i: int, what: str) -> list[int] | None:
-    """Constant integer input ``i`` as a flat list, or None when it is absent."""
+def _ints(ctx, i: int, what: str, required: bool = False) -> list[int] | None:
+    """Constant integer input ``i`` as a flat list, or None when it is absent (an error where
+    the op ``required`` it)."""
     t = ctx.input(i)
     if t is None:
+        if required:
+            raise ctx.fail(f"input {i} ({what}) is missing")
         return None
     v = ctx.const(i)
     if v is None and 0 in ctx.input_shape(i):
@@ -395,7 +398,7 @@ class SplitV(Kernel):
         ctx = self.ctx
         shape = ctx.input_shape(0)
         sizes = _ints(ctx, 1, "size_splits")
-        self.axis = _axis(_ints(ctx, 2, "axis")[0], len(shape), ctx)
+        self.axis = _axis(_ints(ctx, 2, "axis", required=True)[0], len(shape), ctx)
         total = shape[self.axis]
         if sizes.count(-1) > 1:
             raise ctx.fail(f"size_splits {sizes} has more than one -1")
@@ -426,8 +429,8 @@ class Slice(Kernel):
     def prepare(self):
         ctx = self.ctx
         shape = ctx.input_shape(0)
-        begin = _ints(ctx, 1, "begin")
-        size = _ints(ctx, 2, "size")
+        begin = _ints(ctx, 1, "begin", required=True)
+        size = _ints(ctx, 2, "size", required=True)
         if len(begin) != len(shape) or len(size) != len(shape):
             raise ctx.fail(f"begin {begin} / size {size} do not match rank {len(shape)}")
         idx, out = [], []
@@ -463,9 +466,9 @@ class StridedSlice(Kernel):
         ctx = self.ctx
         o = ctx.options
         shape = ctx.input_shape(0)
-        begin = _ints(ctx, 1, "begin")
-        end = _ints(ctx, 2, "end")
-        strides = _ints(ctx, 3, "strides")
+        begin = _ints(ctx, 1, "begin", required=True)
+        end = _ints(ctx, 2, "end", required=True)
+        strides = _ints(ctx, 3, "strides", required=True)
         if not (len(begin) == len(end) == len(strides)):
             raise ctx.fail("begin, end and strides differ in length")
         begin_mask, end_mask = int(o.get("begin_mask", 0)), int(o.get("end_mask", 0))
