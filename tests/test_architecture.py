@@ -24,7 +24,7 @@ def layer(module: str) -> str:
     if module.startswith("edgerun_delegates"):
         return "library"
     parts = module.split(".")
-    if module in ("edgerun.errors", "edgerun._util"):
+    if module in ("edgerun.errors", "edgerun._util") or parts[:2] == ["edgerun", "native"]:
         return "base"
     if module == "edgerun.ir" or parts[:2] == ["edgerun", "schema"]:
         return "model"

@@ -59,8 +59,9 @@ mkdir -p "$WORK"
 arch_vars() {
   case $1 in
     arm64) QBIN=qemu-aarch64; QCPU=${QEMU_CPU:-cortex-a72}; PYMACH=aarch64
-           # ai-edge-litert has aarch64 wheels; cryptography too (signed bundles); openssh-server for deploy
-           DEBS=python3,python3-venv,openssh-server,ca-certificates
+           # ai-edge-litert has aarch64 wheels; cryptography too (signed bundles); openssh-server for deploy;
+           # gcc builds edgerun.native's kernels as on a Pi with a compiler
+           DEBS=python3,python3-venv,openssh-server,ca-certificates,gcc,libc6-dev
            VENVOPT=""
            PIPS="numpy flatbuffers ai-edge-litert cryptography pillow typer rich pytest hypothesis pytest-timeout pytest-xdist setuptools>=68 wheel"
            CPUINFO="Features\t: fp asimd evtstrm crc32 cpuid\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd08\nCPU revision\t: 3" ;;
@@ -68,7 +69,7 @@ arch_vars() {
            # 32-bit Pi OS class: no numpy, ai-edge-litert or cryptography wheels for armv7 on PyPI, so
            # Debian's numpy 1.24 (the oldest numpy edgerun supports) and tflite-runtime 2.14; signatures
            # are checked by edgerun's pure-Python ed25519 fallback
-           DEBS=python3,python3-venv,python3-numpy,python3-pil,ca-certificates
+           DEBS=python3,python3-venv,python3-numpy,python3-pil,ca-certificates,gcc,libc6-dev
            VENVOPT=--system-site-packages
            PIPS="flatbuffers tflite-runtime typer rich pytest hypothesis pytest-timeout pytest-xdist setuptools>=68 wheel"
            CPUINFO="model name\t: ARMv7 Processor rev 5 (v7l)\nFeatures\t: half thumb fastmult vfp edsp neon vfpv3 tls vfpv4 idiva idivt vfpd32 lpae evtstrm\nCPU implementer\t: 0x41\nCPU architecture: 7\nCPU variant\t: 0x0\nCPU part\t: 0xc07\nCPU revision\t: 5" ;;

@@ -335,6 +335,28 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     recomputation of the values next to a step runs on almost every call of these small layers."""
     n = m * c
     copyto = np.copyto
+    native = getattr(requant, "native_args", None)
+    nargs = native(bias, c, m) if native is not None and n >= requant.NATIVE_MIN and requant.NATIVE else None
+    if nargs is not None and out.dtype == np.int8 and out.flags.c_contiguous and out.size == n:
+        # edgerun.native's one loop over the accumulators, its arguments made once
+        fn, w, _, ptrs = nargs
+        lo, hi = requant.qmin, requant.qmax
+
+        def make_native(acc, *_):
+            if acc.dtype != np.float32 or not acc.flags.c_contiguous or acc.size != n:
+                o2 = out.reshape(acc.shape)
+
+                def call_own():
+                    res = requant(acc, bias, out=o2)
+                    if res is not o2:
+                        copyto(o2, res)
+                return call_own
+            head = (acc.ctypes.data, out.ctypes.data, n // w, w)
+
+            def call_native():
+                fn(*head, *ptrs, lo, hi)
+            return call_native
+        return [], make_native
     ws = current_workspace()
     small_plan = ws is not None and ws.arena_bytes <= SMALL_ARENA_BYTES
     cap = F64_FULL_BYTES_SMALL if small_plan else F64_FULL_BYTES
@@ -1014,6 +1036,10 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             # the padded input stays int8 (a quarter of the memory); the products widen it
             self.pad = _PaddedInput((n, h, w, oc), pads, np.int8, x_zp)
             self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
+            # edgerun.native's loop sums (x - zp) * w over the taps inside the input, as the
+            # reference does, on the model's own bias
+            self._native_src = (np.ascontiguousarray(np.asarray(wdata, np.int8).reshape(taps, oc)),
+                                _bias(ctx, 2, oc, np.int64), int(x_zp), taps * 255 * maxw)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
             # taps of raw int8 inputs (|x| <= 128), summed exactly in float32 or float64
             self.requant.acc_bound = float(taps * 128 * maxw)
@@ -1246,6 +1272,12 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         eval's column blocks): window copy, one einsum, requantization into the output view. With a
         threshold table the columns are float64 with one more tap of ones whose weights are the
         table's channel offsets (exact integers, as in ``_bind_gemm``)."""
+        run = self.native_call() if self.quantized and self.NATIVE else None
+        if run is not None:
+            x, out = ins[0], outs[0]
+            if (x.dtype == np.int8 and x.flags.c_contiguous and x.shape == self.ctx.input_shape(0)
+                    and out.dtype == np.int8 and out.flags.c_contiguous and out.shape == self.out_shape):
+                return lambda: run(x, out)
         if not (self.quantized and self.dm == 1):
             return None
         x, out = ins[0], outs[0]
@@ -1335,8 +1367,53 @@ class DepthwiseConv2D(BoundOutput, Kernel):
     #: (the GEMM does about G * C times the multiply-adds of the layer)
     BLOCK_DIAGONAL_MAX = 8
 
+    #: int8 layers run edgerun.native's depthwise loop where the machine has one
+    NATIVE = True
+    #: ... whose taps add to runs of up to this many accumulators (adjacent pixels) at a time
+    NATIVE_RUN = 256
+    _native = None
+
+    def native_call(self):
+        """``run(x, out)``: the whole int8 layer in edgerun.native's loop (the taps, the bias and
+        the requantization in one pass over the output), or None where it does not apply."""
+        if self._native is None:
+            self._native = (None,)
+            src = getattr(self, "_native_src", None)
+            if self.NATIVE and self.quantized and src is not None and getattr(self.requant, "native_args", None):
+                w8, bias, x_zp, bound = src
+                n, oh, ow, oc = self.out_shape
+                args = self.requant.native_args(bias, oc, ow, bound=float(bound))
+                if args is not None:
+                    from edgerun import native
+
+                    fn = native.library().edgerun_depthwise_i8
+                    kh, kw, sh, sw, dh, dw, _, _ = self.geom
+                    (_, h, w, c), pads = self.ctx.input_shape(0), self.pad
+                    # each tap's weights repeated for up to NATIVE_RUN values of adjacent pixels
+                    reps = max(1, min(ow, self.NATIVE_RUN // oc))
+                    ft = np.ascontiguousarray(np.tile(w8[:, None, :], (1, reps, 1)).reshape(kh * kw, reps * oc))
+                    acc = np.empty(ow * oc, np.int32)
+                    head = (n, h, w, c, self.dm, ft.ctypes.data, reps, kh, kw, sh, sw, dh, dw, pads.pt, pads.pl,
+                            oh, ow, x_zp, args[1])
+                    tail = (*args[3], self.requant.qmin, self.requant.qmax)
+                    self._native_keep = (ft, acc, args)  # the addresses above stay valid
+                    shape = (n, h, w, c)
+
+                    def run(x, out):  # callers pass C-contiguous int8 arrays of these shapes
+                        assert x.shape == shape and out.size == n * oh * ow * oc
+                        fn(x.ctypes.data, *head, *tail, out.ctypes.data, acc.ctypes.data)
+                    self._native = (run,)
+        return self._native[0]
+
     def eval(self, inputs):
         x = inputs[0]
+        run = self.native_call() if self.quantized and self.NATIVE else None
+        if run is not None and x.dtype == np.int8 and x.flags.c_contiguous and x.shape == self.ctx.input_shape(0):
+            out = self._out
+            if out is None or out.shape != self.out_shape or not out.flags.c_contiguous:
+                out = np.empty(self.out_shape, np.int8)
+            run(x, out)
+            return [out]
         if self.dm != 1:
             x = np.repeat(x, self.dm, axis=-1)
         xp = self.pad(x)

@@ -381,6 +381,71 @@ def _requant_bounded_class():
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._fast: dict = {}
+            self._native: dict = {}
+
+        #: the native loop (``edgerun.native``, ``edgerun_requant_i8``) where the machine has one:
+        #: one pass over the accumulators instead of the float32 passes below
+        NATIVE = True
+        #: ... for at least this many values (a ctypes call costs about 1-2 us)
+        NATIVE_MIN = 64
+
+        def native_args(self, bias, c: int, rows: int, bound: float | None = None):
+            """(function, width, constants, their addresses) of the native requantization of
+            ``rows`` x ``c`` accumulators (+ ``bias``), constants tiled to rows of ``width``
+            values; or None where it does not apply (no library, unbounded or float64
+            accumulators, a multiplier outside int32, an unfolded zero point). ``bound`` (default
+            ``acc_bound``): a bound on ``|acc|`` of the caller's accumulators."""
+            bound = self.acc_bound if bound is None else bound
+            if not self.NATIVE or not c or rows <= 0:
+                return None
+            reps = self._row_reps(rows, c)
+            key = (id(bias), c, reps, bound)
+            hit = self._native.get(key)
+            if hit is not None and hit[0] is bias:
+                return hit[1]
+            entry = None
+            from edgerun import native
+
+            lib = native.library()
+            if (lib is not None and self.dtype is np.int8 and self.m.ndim <= 1 and self.m.size in (1, c)
+                    and self.fold_zp and bound is not None
+                    and (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
+                b = np.zeros(c, np.int64) if bias is None else np.asarray(bias, np.int64)
+                bound = float(bound) + float(np.abs(b).max(initial=0))
+                m = np.broadcast_to(self.m, (c,)).astype(np.int64)
+                left = np.broadcast_to(self.left if self.left is not None else 0, (c,)).astype(np.int64)
+                if (bound < FLOAT32_EXACT and bound * float(1 << int(left.max(initial=0))) < 2.0 ** 27
+                        and int(m.min(initial=0)) >= 0 and int(m.max(initial=0)) < (1 << 31)):
+                    total = np.broadcast_to(np.asarray(self.total, np.int64), (c,))
+                    add = np.broadcast_to(np.asarray(self.add_zp_30, np.int64), (c,)) + (np.int64(1) << 62)
+                    neg = np.broadcast_to(np.asarray(self.neg, np.int64), (c,))
+
+                    def t(v, dt):
+                        return np.ascontiguousarray(np.tile(np.asarray(v, dt), reps))
+                    consts = (t(b, np.int32), t(left, np.int32), t(m, np.int32), t(add, np.int64),
+                              t(neg, np.int64), t(total, np.uint64), t((np.int64(1) << 62) >> total, np.int64))
+                    ptrs = tuple(a.ctypes.data for a in consts)
+                    entry = (lib.edgerun_requant_i8, reps * c, consts, ptrs)
+            if len(self._native) > 16:
+                self._native.clear()
+            self._native[key] = (bias, entry)
+            return entry
+
+        def _native_call(self, acc, bias, out):
+            """``out`` requantized by the native loop, or None where it does not apply."""
+            if (acc.dtype != np.float32 or acc.size < self.NATIVE_MIN or not acc.ndim
+                    or not acc.flags.c_contiguous):
+                return None
+            c = acc.shape[-1]
+            rows = acc.size // c if c else 0
+            args = self.native_args(bias, c, rows)
+            if args is None:
+                return None
+            fn, w, _, ptrs = args
+            if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
+                out = np.empty(acc.shape, np.int8)
+            fn(acc.ctypes.data, out.ctypes.data, acc.size // w, w, *ptrs, self.qmin, self.qmax)
+            return out
 
         def _prepare_fast(self, bias, c: int):
             """(bias, mode, per-channel constants, their tiles by repetition count); mode None
@@ -1065,6 +1130,10 @@ def _requant_bounded_class():
 
         def __call__(self, acc, bias=None, out=None):
             acc = np.asarray(acc)
+            if self.NATIVE:
+                res = self._native_call(acc, bias, out)
+                if res is not None:
+                    return res
             runs = self._runs
             if runs is not None:
                 hit = runs.get(acc.shape)

@@ -14,6 +14,13 @@ from edgerun.ops.fixedpoint import bounded_requantizer, multiply_by_quantized_mu
 from tests.support.op_specs import RELU, RELU6, conv_spec, dw_spec, run_fc_int8
 
 
+@pytest.fixture(autouse=True)
+def _numpy_passes(monkeypatch):
+    """These tests are about the numpy passes: the native loop (edgerun.native, tested in
+    tests/ops/test_native.py) is kept out of them."""
+    monkeypatch.setattr(type(bounded_requantizer([1 << 30], [0], 0, -128, 127)), "NATIVE", False)
+
+
 def _reference(x, m, shift, zp, qmin, qmax):
     return np.clip(multiply_by_quantized_multiplier(x, m, shift) + zp, qmin, qmax).astype(np.int8)
 

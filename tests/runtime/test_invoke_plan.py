@@ -533,7 +533,10 @@ def test_bound_layers_share_one_workspace_bit_exact(monkeypatch):
     the plan holds less than the layers' requests added up, and every invoke (new values in the
     same shared buffers) equals LiteRT's reference kernels and the kernels' own eval."""
     from edgerun.ops import common
+    from edgerun.ops.fixedpoint import bounded_requantizer
 
+    # the float64 passes' work arrays (edgerun.native's loop needs none)
+    monkeypatch.setattr(type(bounded_requantizer([1 << 30], [0], 0, -128, 127)), "NATIVE", False)
     requests = []
     orig = common.Workspace.request
     monkeypatch.setattr(common.Workspace, "request", lambda self, key, shape, dtype: requests.append(
@@ -557,8 +560,9 @@ def test_bound_layers_share_one_workspace_bit_exact(monkeypatch):
     assert np.array_equal(_run(data, [x])[0], got)
 
 
+@pytest.mark.parametrize("native", [False, True])
 @pytest.mark.parametrize("name", ["vww_96_int8.tflite", "pretrainedResnet_quant.tflite"])
-def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatch, name):
+def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatch, name, native):
     """MLPerf Tiny vww / ResNet-8 (fetched by tools/fetch_models.py at its pinned commit, else
     skipped with its reason), every int8 tensor after each invoke equal to LiteRT's reference
     kernels, with preserve_all and the small-plan binding forced on (the preserved arena is
@@ -574,6 +578,18 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
     except fm.FetchError as e:
         pytest.skip(f"MLPerf Tiny model not available: {e}")
     monkeypatch.setattr(conv, "SMALL_ARENA_BYTES", 1 << 30)
+    from edgerun import native as native_lib
+    from edgerun.ops.fixedpoint import bounded_requantizer
+
+    if native and native_lib.library() is None:
+        pytest.skip(native_lib.status())
+    # native: edgerun.native's loop; else the float64 passes that these plans bind
+    br = type(bounded_requantizer([1 << 30], [0], 0, -128, 127))
+    monkeypatch.setattr(br, "NATIVE", native)
+    native_hits = []
+    orig_native = br.native_args
+    monkeypatch.setattr(br, "native_args", lambda self, *a, **kw: native_hits.append(
+        orig_native(self, *a, **kw) is not None) or orig_native(self, *a, **kw))
     forms = []
     orig = conv._f64_requant
 
@@ -588,11 +604,13 @@ def test_mlperf_tiny_every_int8_tensor_with_small_plan_requantization(monkeypatc
     er.allocate_tensors()
     lt = make_interpreter(data, reference=True, preserve_all=True)
     lt.allocate_tensors()
-    if name.startswith("vww"):
+    if name.startswith("vww") and not native:
         assert (5, True, True) in forms and (4, True, False) in forms  # exact form; a tiled output
     # the sign-free passes of RELU layers (ResNet-8's outputs are all wider than their tile cap
     # since F64_TILE_VALUES_WIDE_C: tiled rows there; vww's exact form above covers a whole one)
-    assert any(f[:2] == (4, True) for f in forms)
+    assert any(f[:2] == (4, True) for f in forms) or native
+    if native:  # the layers within its bounds take the native loop (vww's saturated biases do not)
+        assert sum(native_hits) >= 5
     rng = np.random.default_rng(3)
     compared = 0
     for _ in range(3):

@@ -1,0 +1,128 @@
+"""edgerun's native kernels: ``kernels.c``, compiled on first use by the machine's C compiler.
+
+numpy cannot fuse a requantization into one pass: the float32 forms in :mod:`edgerun.ops` cost
+5-9 passes over every accumulator (about 2 ns a value), where one C loop costs a fraction of a
+nanosecond. The loops here are bit-exact twins of numpy formulations in :mod:`edgerun.ops`; the
+numpy kernels stay the definition and the fallback, so the device core still installs with numpy
+and flatbuffers alone and runs wherever no compiler exists.
+
+The library is built the first time a kernel asks for it (``cc -O3 -march=native``, then plain
+``-O3`` where the compiler rejects the flag), cached in ``$EDGERUN_NATIVE_DIR`` (default
+``~/.cache/edgerun/native``) by a hash of the source, the flags, the compiler and the machine, and
+loaded with :mod:`ctypes`. ``EDGERUN_NATIVE=0`` turns it off; ``CC`` names the compiler. A
+compiler that is missing or fails leaves edgerun on its numpy kernels (``status()`` says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_SOURCE = Path(__file__).with_name("kernels.c")
+_LOCK = threading.Lock()
+_STATE: dict = {}
+
+#: flag sets tried in order; the first the compiler accepts is kept
+FLAG_SETS = (["-O3", "-march=native"], ["-O3"])
+
+
+def enabled() -> bool:
+    """Whether native kernels may be used at all (``EDGERUN_NATIVE`` is not 0 / off / no)."""
+    return os.environ.get("EDGERUN_NATIVE", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("EDGERUN_NATIVE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgerun" / "native"
+
+
+def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
+    """(path of the built library, or None; what happened)."""
+    why = ""
+    for flags in FLAG_SETS:
+        key = hashlib.sha256(b"\0".join([src, " ".join(flags).encode(), cc.encode(),
+                                         platform.machine().encode(), sys.platform.encode()])).hexdigest()[:20]
+        folder = _cache_dir()
+        lib = folder / f"kernels-{key}.so"
+        if lib.is_file():
+            return lib, f"cached {lib}"
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            folder = Path(tempfile.gettempdir()) / f"edgerun-native-{os.getuid() if hasattr(os, 'getuid') else 0}"
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            lib = folder / f"kernels-{key}.so"
+            why = f"cache {exc.strerror}: built in {folder}"
+            if lib.is_file():
+                return lib, why
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+        os.close(fd)
+        cmd = [cc, *flags, "-std=c99", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)]
+        try:
+            res = subprocess.run(cmd, capture_output=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.unlink(tmp)
+            return None, f"{cc} did not run: {exc}"
+        if res.returncode == 0:
+            os.replace(tmp, lib)  # atomic: concurrent builders leave one whole file
+            return lib, f"built {lib} ({' '.join(flags)})"
+        os.unlink(tmp)
+        why = f"{cc} {' '.join(flags)} failed: {res.stderr.decode(errors='replace').strip()[-300:]}"
+    return None, why
+
+
+def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+    f = lib.edgerun_requant_i8
+    f.argtypes = [p, p, i64, i64, p, p, p, p, p, p, p, i32, i32]
+    f.restype = None
+    f = lib.edgerun_depthwise_i8
+    f.argtypes = [p, *[i64] * 5, p, *[i64] * 11, i32, i64, p, p, p, p, p, p, p, i32, i32, p, p]
+    f.restype = None
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    """The loaded native library, or None (disabled, no compiler, or the build failed)."""
+    lib = _STATE.get("lib", False)
+    if lib is not False:
+        return lib
+    with _LOCK:
+        if "lib" in _STATE:
+            return _STATE["lib"]
+        lib, why = None, "disabled by EDGERUN_NATIVE"
+        if enabled():
+            cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+            if cc is None:
+                why = "no C compiler (cc, gcc, clang) on PATH"
+            else:
+                path, why = _compile(cc, _SOURCE.read_bytes())
+                if path is not None:
+                    try:
+                        lib = _bind(ctypes.CDLL(str(path)))
+                    except (OSError, AttributeError) as exc:
+                        lib, why = None, f"cannot load {path}: {exc}"
+        _STATE["lib"], _STATE["why"] = lib, why
+        return lib
+
+
+def status() -> str:
+    """One line: whether native kernels are in use, and why not."""
+    lib = library()
+    return ("native kernels: on (" if lib is not None else "native kernels: off (") + _STATE.get("why", "") + ")"
+
+
+def reset() -> None:
+    """Forget the loaded library (tests: after changing EDGERUN_NATIVE or the cache)."""
+    with _LOCK:
+        _STATE.clear()
