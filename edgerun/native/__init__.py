@@ -6,8 +6,8 @@ nanosecond. The loops here are bit-exact twins of numpy formulations in :mod:`ed
 numpy kernels stay the definition and the fallback, so the device core still installs with numpy
 and flatbuffers alone and runs wherever no compiler exists.
 
-The library is built the first time a kernel asks for it (``cc -O3 -march=native``, then plain
-``-O3`` where the compiler rejects the flag), cached in ``$EDGERUN_NATIVE_DIR`` (default
+The library is built the first time a kernel asks for it (``cc -O3 -march=native
+-ffp-contract=off``, without ``-march=native`` where the compiler rejects it), cached in ``$EDGERUN_NATIVE_DIR`` (default
 ``~/.cache/edgerun/native``) by a hash of the source, the flags, the compiler and the machine, and
 loaded with :mod:`ctypes`. ``EDGERUN_NATIVE=0`` turns it off; ``CC`` names the compiler. A
 compiler that is missing or fails leaves edgerun on its numpy kernels (``status()`` says why).
@@ -31,7 +31,7 @@ _LOCK = threading.Lock()
 _STATE: dict = {}
 
 #: flag sets tried in order; the first the compiler accepts is kept
-FLAG_SETS = (["-O3", "-march=native"], ["-O3"])
+FLAG_SETS = (["-O3", "-march=native", "-ffp-contract=off"], ["-O3", "-ffp-contract=off"])
 
 
 def enabled() -> bool:
@@ -85,6 +85,15 @@ def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     f = lib.edgerun_requant_i8
     f.argtypes = [p, p, i64, i64, p, p, p, p, p, p, p, i32, i32]
+    f.restype = None
+    f = lib.edgerun_add_i8
+    f.argtypes = [p, p, p, i64, p, p, i32, i32, i64, i64, i32, i32, i32, i32]
+    f.restype = None
+    f = lib.edgerun_add_line_i8
+    f.argtypes = [p, p, p, i64, i32, *[ctypes.c_float] * 5, i32]
+    f.restype = None
+    f = lib.edgerun_prelu_i8
+    f.argtypes = [p, p, i64, i64, p, i32, i32, p, p, p, p]
     f.restype = None
     f = lib.edgerun_depthwise_i8
     f.argtypes = [p, *[i64] * 5, p, *[i64] * 11, i32, i64, p, p, p, p, p, p, p, i32, i32, p, p]

@@ -193,6 +193,10 @@ class _Int8Binary(TableEval, Kernel):
         self._prepare_params()
         values = _BY_BITS[dtype]
         self.out_shape = broadcast_shape(ctx)
+        self.native = self._prepare_native()
+        if self.native is not None:  # edgerun.native's loop: no table, plane or small form
+            self.line = self.small = self.table = self.row_offsets = None
+            return [self.out_shape]
         self.line = self._prepare_line() if self._line_eligible() else None
         self.small = self._prepare_small() if self.line is None and self._small_eligible() else None
         if self.line is not None or self.small is not None:  # no 64K table (see Int8AddSub)
@@ -236,6 +240,13 @@ class _Int8Binary(TableEval, Kernel):
     def compile(self, ins, outs):
         """The invoke plan's bound call: index = a << 8 | b into the node's own buffer, then one
         ``take``; None (the ``eval`` path) for run-time checks (DIV) or large outputs."""
+        if self.native is not None:
+            a, b = ins
+            out = outs[0]
+            if a is None or b is None or not self._native_ok(a, b, out):
+                return None
+            run = self.native[0]
+            return lambda: run(a, b, out)
         if self.line is not None:
             return self._compile_line(ins, outs)
         if self.small is not None:
@@ -273,6 +284,16 @@ class _Int8Binary(TableEval, Kernel):
 
     def _line_eligible(self) -> bool:
         return False
+
+    native = None
+
+    def _prepare_native(self):
+        """(call(a, b, out), kept arrays) of edgerun.native's loop for this op, or None (here:
+        ops without one)."""
+
+    def _native_ok(self, a, b, out) -> bool:
+        return (out is not None and a.shape == b.shape == out.shape == self.out_shape and a.flags.c_contiguous
+                and b.flags.c_contiguous and out.flags.c_contiguous and out.dtype == a.dtype == b.dtype)
 
     def _compile_small(self, ins, outs):
         """The bound call of the small-output form (same-shape operands only). In a small plan
@@ -330,6 +351,18 @@ class _Int8Binary(TableEval, Kernel):
         raise NotImplementedError
 
     def eval(self, inputs):
+        if self.native is not None:
+            a, b = inputs
+            out = self._out
+            if out is None or out.shape != self.out_shape or not out.flags.c_contiguous:
+                out = np.empty(self.out_shape, a.dtype)
+            if a.dtype == b.dtype == out.dtype:
+                a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+                if self._native_ok(a, b, out):
+                    self.native[0](a, b, out)
+                    return [out]
+            raise InputMismatchError(f"{self.ctx.name} (node {self.ctx.index}): inputs {a.dtype}{list(a.shape)} "
+                                     f"and {b.dtype}{list(b.shape)} do not match the model's {list(self.out_shape)}")
         if self.line is not None:
             return self._eval_line_op(inputs)
         if self.small is not None:
@@ -384,6 +417,61 @@ def _rescale_to_common(s1: float, s2: float, left_shift: int):
 @register("SUB", "int8", "uint8")
 class Int8AddSub(_Int8Binary):
     LEFT_SHIFT = 20
+    #: two run-time operands of the output's shape run edgerun.native's loop where the machine has one
+    NATIVE = True
+
+    def _prepare_native(self):
+        """edgerun.native's ADD / SUB loop: the two operands' 256-entry rescaled tables (``T1``,
+        ``T2`` of ``_prepare_small``), their int32 sum requantized per value. Kept only when its
+        output equals ``_compute`` on all 65,536 input pairs."""
+        ctx = self.ctx
+        if (not self.NATIVE or ctx.const(0) is not None or ctx.const(1) is not None
+                or not tuple(ctx.input_shape(0)) == tuple(ctx.input_shape(1)) == self.out_shape):
+            return None
+        from edgerun import native
+
+        lib = native.library()
+        if lib is None:
+            return None
+        values = _BY_BITS[ctx.input(0).dtype]
+        t1 = _mbqm((values - self.z1) << self.LEFT_SHIFT, *self.m1)
+        t2 = self.sign * _mbqm((values - self.z2) << self.LEFT_SHIFT, *self.m2)
+        m, shift = (int(v) for v in self.mo)
+        if not (0 <= m < (1 << 31) and -31 <= shift <= 30
+                and int(np.abs(t1).max()) + int(np.abs(t2).max()) < (1 << 31)):
+            return None
+        right = max(-shift, 0)
+        t1, t2 = t1.astype(np.int32), t2.astype(np.int32)
+        bits = np.arange(256, dtype=np.uint8)
+        want = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
+        want = want.astype(ctx.output(0).np_dtype).view(np.uint8)
+        got = np.empty((256, 256), np.uint8)
+        forms = []
+        # the fitted plane where one exists (a few float32 operations a value, vectorized), else
+        # the operands' tables and the output requantization (two lookups a value)
+        line = self._prepare_line() if self.LINE else None
+        if line is not None:
+            fa, fb, fc, clamp_lo, clamp_hi, flip = line
+            fn_line = lib.edgerun_add_line_i8
+            tail_line = (int(ctx.input(0).dtype == "int8"), float(fa), float(fb), float(fc),
+                         -np.inf if clamp_lo is None else float(clamp_lo),
+                         np.inf if clamp_hi is None else float(clamp_hi), int(flip or 0))
+
+            def run_line(a, b, out):  # C-contiguous operands of one shape and dtype (_native_ok)
+                fn_line(a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size, *tail_line)
+            forms.append(run_line)
+        fn = lib.edgerun_add_i8
+        tail = (t1.ctypes.data, t2.ctypes.data, max(shift, 0), m, (1 << 30) + (((1 << right) >> 1) << 31),
+                (right > 0) << 31, 31 + right, self.zo, self.lo, self.hi)
+
+        def run(a, b, out):
+            fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size, *tail)
+        forms.append(run)
+        for form in forms:  # each checked on every input pair
+            form(np.repeat(bits, 256).reshape(256, 256), np.tile(bits, 256).reshape(256, 256), got)
+            if np.array_equal(got, want):
+                return form, (t1, t2)
+        return None
 
     def _prepare_params(self):
         twice_max, self.m1, self.m2 = _rescale_to_common(self.s1, self.s2, self.LEFT_SHIFT)

@@ -429,7 +429,52 @@ class Prelu(TableEval, Kernel):
                     self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], values[:, None])).reshape(-1)
                     self.row_offsets = rows.reshape(a.shape).astype(np.uint16) << 8
                     self._compact(rows.reshape(a.shape), int(np.prod(shape)))
+                self.native = self._prepare_native(a, tuple(shape))
+                if self.native is not None:  # the tables are not needed
+                    self.lut = self.row_offsets = self.compact = None
         return [tuple(shape)]
+
+    #: a constant alpha per channel (the last axis) runs edgerun.native's loop where there is one
+    NATIVE = True
+    native = None
+
+    def _prepare_native(self, a: np.ndarray, shape: tuple):
+        """``run(x, out)`` of edgerun.native's PRELU loop, kept only when it equals ``exact`` on
+        every input value in every channel; None where it does not apply."""
+        c = shape[-1] if shape else 0
+        if (not self.NATIVE or not c or a.size not in (1, c) or (a.size == c and a.shape[-1:] != (c,))
+                or math.prod(shape) == 0):
+            return None
+        from edgerun import native
+
+        lib = native.library()
+        if lib is None:
+            return None
+        parts = []
+        for m, sh in ((self.m1, self.s1), (self.m2, self.s2)):
+            m, sh = int(m), int(sh)
+            left, right = max(sh, 0), max(-sh, 0)
+            if not (0 <= m < (1 << 31) and left <= 7 and right <= 31):
+                return None
+            total = 31 + right
+            parts.append((np.array([left, m], np.int32),
+                          np.array([(1 << 30) + (((1 << right) >> 1) << 31) + (1 << 62), (right > 0) << 31, total,
+                                    (1 << 62) >> total], np.int64)))
+        alpha = np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (c,)).astype(np.int32) - self.zp_alpha)
+        fn = lib.edgerun_prelu_i8
+        tail = (alpha.ctypes.data, self.zp_in, self.zp_out, parts[0][0].ctypes.data, parts[0][1].ctypes.data,
+                parts[1][0].ctypes.data, parts[1][1].ctypes.data)
+        self._native_keep = (alpha, parts)
+
+        def run(x, out):  # C-contiguous int8 arrays of the input's size (the last axis c)
+            fn(x.ctypes.data, out.ctypes.data, x.size // c, c, *tail)
+
+        x = np.repeat(INT8_BY_BITS, c).reshape(256, c)
+        got = np.empty_like(x)
+        run(x, got)
+        if not np.array_equal(got, self.exact(x, alpha[None, :] + self.zp_alpha)):
+            return None
+        return run
 
     #: inputs of at most this many values take the compact table (see ``_compact``) when it
     #: holds at most COMPACT_RATIO of the rows' bytes: its lookup is three numpy calls more
@@ -487,6 +532,9 @@ class Prelu(TableEval, Kernel):
                 or not out.flags.c_contiguous or not x.flags.c_contiguous):
             return None
         shape = x.shape
+        if self.native is not None:
+            run = self.native
+            return lambda: run(x, out)
         if self.compact is None:
             if (not self.BIND_ROWS or self.row_offsets is None or x.size > TAKE_CHUNK
                     or not trailing(self.row_offsets.shape, shape)):
@@ -528,6 +576,13 @@ class Prelu(TableEval, Kernel):
         x, alpha = inputs[0], inputs[1]
         if x.dtype == np.float32:
             return [np.where(x >= 0, x, x * alpha).astype(_F32)]
+        if self.native is not None and x.dtype == np.int8:
+            x = np.ascontiguousarray(x)
+            out = self._out
+            if out is None or out.shape != x.shape or not out.flags.c_contiguous:
+                out = np.empty(x.shape, np.int8)
+            self.native(x, out)
+            return [out]
         if self.compact is not None:
             out = self._out
             if out is None or out.shape != x.shape or not out.flags.c_contiguous:

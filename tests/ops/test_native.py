@@ -17,6 +17,7 @@ import pytest
 
 from edgerun import native
 from edgerun.ops.fixedpoint import bounded_requantizer, multiply_by_quantized_multiplier, quantize_multipliers
+from edgerun.testing import compare_with_litert
 from tests.support.op_specs import RELU, RELU6, VALID, conv_spec, dw_spec
 
 HAVE_CC = any(shutil.which(c) for c in (os.environ.get("CC", "cc"), "gcc", "clang"))
@@ -144,6 +145,75 @@ def test_native_depthwise_geometry(lib, monkeypatch, bound, shape, dm, k, stride
         monkeypatch.setattr(DepthwiseConv2D, "compile", lambda self, ins, outs: None)
     kw = {} if padding is None else {"padding": padding}
     dw_spec(shape, dm, k, k, stride=stride, dilation=dilation, seed=k + dm, **kw).run_int8(act=RELU6, seed=dm)
+    assert runs and all(r is not None for r in runs)
+
+
+@pytest.mark.parametrize("dtype,op,q1,q2,qo,act", [
+    ("int8", "ADD", (0.0517, 2), (0.0931, 0), (0.1043, -3), 0),
+    ("int8", "SUB", (0.004, -1), (0.2, 50), (0.03, -100), RELU6),
+    ("int8", "ADD", (0.1, 3), (0.1, 3), (0.05, -120), RELU),       # equal scales: exact ties
+    ("int8", "ADD", (0.5, 0), (0.001, 7), (0.0005, 0), 0),          # scales 1000x apart
+    ("uint8", "ADD", (0.05, 120), (0.04, 110), (0.07, 100), 0),
+    ("uint8", "SUB", (0.2, 128), (0.15, 128), (0.05, 128), RELU6),
+])
+@pytest.mark.parametrize("bound", [True, False])
+def test_native_add_sub_every_pair(lib, monkeypatch, dtype, op, q1, q2, qo, act, bound):
+    """ADD / SUB of two run-time tensors in the native loop: all 65,536 input pairs equal LiteRT's
+    reference kernels, bound and eval."""
+    from edgerun.ops.elementwise import Int8AddSub
+    from tests.support.binary_models import all_pairs as _all_pairs
+    from tests.support.binary_models import binary_model as _binary_model
+    from tests.support.binary_models import first_kernel as _first_kernel
+
+    if not bound:
+        monkeypatch.setattr(Int8AddSub, "compile", lambda self, ins, outs: None)
+    a, b = _all_pairs(dtype, "same-shape")
+    model = _binary_model(op, dtype, a.shape, b.shape, q1, q2, qo, act)
+    kernel = _first_kernel(model)
+    assert kernel.native is not None and kernel.table is None and kernel.line is None
+    got = compare_with_litert(model, [a, b])[0]
+    assert len(np.unique(got)) >= 20
+
+
+def test_native_add_checks_its_operands(lib):
+    """A broadcast ADD keeps the numpy forms; inputs of another shape than the model's are one
+    clear error, not a read past the end."""
+    from edgerun.errors import InputMismatchError
+    from tests.support.binary_models import binary_model as _binary_model
+    from tests.support.binary_models import first_kernel as _first_kernel
+
+    assert _first_kernel(_binary_model("ADD", "int8", (1, 4, 8), (1, 1, 8), (0.05, 0), (0.04, 1),
+                                       (0.06, 2), 0)).native is None
+    model = _binary_model("ADD", "int8", (1, 4, 8), (1, 4, 8), (0.05, 0), (0.04, 1), (0.06, 2), 0)
+    kernel = _first_kernel(model)
+    assert kernel.native is not None
+    with pytest.raises(InputMismatchError):
+        kernel.eval([np.zeros((1, 4, 8), np.int8), np.zeros((1, 2, 8), np.int8)])
+    with pytest.raises(InputMismatchError):
+        kernel.eval([np.zeros((1, 4, 8), np.int8), np.zeros((1, 4, 8), np.uint8)])
+
+
+@pytest.mark.parametrize("alpha_shape", [(16,), (1, 1, 16), (1,)])
+@pytest.mark.parametrize("qi,qa,qo", [((0.05, 2), (0.02, -5), (0.04, -1)),
+                                      ((0.5, -90), (0.004, 0), (0.3, 50)),
+                                      ((0.01, 0), (0.1, 100), (0.02, -128)),
+                                      ((0.2, 127), (0.5, -128), (0.002, 0))])   # saturating, left shifts
+@pytest.mark.parametrize("bound", [True, False])
+def test_native_prelu_every_value(lib, monkeypatch, alpha_shape, qi, qa, qo, bound):
+    """int8 PRELU with a constant alpha per channel in the native loop: every input value in
+    every channel equals LiteRT's reference kernels, bound and eval."""
+    from edgerun.ops.nonlinear import Prelu
+    from tests.support.op_specs import single_op
+
+    runs = []
+    orig = Prelu._prepare_native
+    monkeypatch.setattr(Prelu, "_prepare_native", lambda self, a, shape: runs.append(orig(self, a, shape)) or runs[-1])
+    if not bound:
+        monkeypatch.setattr(Prelu, "compile", lambda self, ins, outs: None)
+    rng = np.random.default_rng(len(alpha_shape))
+    alpha = rng.integers(-128, 128, alpha_shape).astype(np.int8)
+    x = np.repeat(np.arange(-128, 128, dtype=np.int8), 16 * 3).reshape(2, 8, 48, 16)
+    compare_with_litert(single_op("PRELU", x.shape, "int8", qi, qo, alpha=alpha, alpha_quant=qa), [x])
     assert runs and all(r is not None for r in runs)
 
 

@@ -16,6 +16,19 @@ from edgerun.errors import InputMismatchError, ModelFormatError, UnsupportedOpEr
 from edgerun.ir import ModelBuilder
 from edgerun.schema.tflite import Activation
 from edgerun.testing import compare_with_litert, run_edgerun, run_litert
+from tests.support.binary_models import all_pairs as _all_pairs
+from tests.support.binary_models import binary_model as _binary_model
+from tests.support.binary_models import first_kernel as _first_kernel
+
+
+@pytest.fixture(autouse=True)
+def _numpy_add_forms(request, monkeypatch):
+    """The ADD/SUB forms' own tests (plane, small form, table) run with edgerun.native's loop
+    off; the other tests here take whatever the machine has (tests/ops/test_native.py)."""
+    if "plane" in request.node.name or "small" in request.node.name:
+        from edgerun.ops.elementwise import Int8AddSub
+
+        monkeypatch.setattr(Int8AddSub, "NATIVE", False)
 
 NONE, RELU, RELU6, RELU_N1 = Activation.NONE, Activation.RELU, Activation.RELU6, Activation.RELU_N1_TO_1
 FUSED = ("ADD", "SUB", "MUL", "DIV")
@@ -26,17 +39,6 @@ SHAPES = [((3, 4, 5), (3, 4, 5)),
           ((2, 3, 4), (1,)),
           ((2, 1, 4, 1), (1, 3, 1, 5)),
           ((2, 1, 3, 1, 4), (2, 1, 3, 1))]
-
-
-def _binary_model(op, dtype, s1, s2, q1=None, q2=None, qo=None, act=None):
-    b = ModelBuilder()
-    x = b.input("x", s1, dtype, q1)
-    z = b.input("z", s2, dtype, q2)
-    y = b.tensor("y", np.broadcast_shapes(s1, s2), dtype, qo)
-    opts = {"fused_activation_function": act} if act is not None else {}
-    b.op(op, [x, z], [y], **opts)
-    b.output(y)
-    return b.to_bytes()
 
 
 def _unary_model(op, dtype, shape, qi=None, qo=None):
@@ -340,23 +342,6 @@ def test_binary_int8_chunked_lookup(op, const_shape, monkeypatch):
     chunked = compare_with_litert(model, inputs)[0]
     assert chunked.tobytes() == whole.tobytes()
     assert (chunked == 127).any() and (chunked == -128).any()
-
-
-def _all_pairs(dtype, layout):
-    """Every 8-bit input pair: a (256, 1) by (1, 256) broadcast, or two (256, 256) tensors."""
-    codes = np.arange(256, dtype=np.uint8).view(np.int8) if dtype == "int8" else np.arange(256, dtype=np.uint8)
-    if layout == "broadcast":
-        return codes.reshape(256, 1), codes.reshape(1, 256)
-    return np.repeat(codes, 256).reshape(256, 256), np.tile(codes, 256).reshape(256, 256)
-
-
-def _first_kernel(model):
-    """The kernel of the first node, after allocate_tensors (plan compiled)."""
-    from edgerun.runtime.interpreter import Interpreter
-
-    it = Interpreter(model_content=model)
-    it.allocate_tensors()
-    return it.steps()[0].kernel
 
 
 SMALL_CASES = [("int8", "ADD", (0.05, -100), (0.03, 90), (0.02, -7), NONE),  # both ends saturate
