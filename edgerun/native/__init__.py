@@ -84,19 +84,19 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
 def _bind(lib: ctypes.CDLL) -> ctypes.CDLL:
     p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
     f = lib.edgerun_requant_i8
-    f.argtypes = [p, p, i64, i64, p, p, p, p, p, p, p, i32, i32]
+    f.argtypes = [p, p, i64, i64, p, p, p, p, i32, i32, i32]
     f.restype = None
     f = lib.edgerun_add_i8
-    f.argtypes = [p, p, p, i64, p, p, i32, i32, i64, i64, i32, i32, i32, i32]
+    f.argtypes = [p, p, p, i64, p, p, i32, i32, i32, i32, i32, i32]
     f.restype = None
     f = lib.edgerun_add_line_i8
     f.argtypes = [p, p, p, i64, i32, *[ctypes.c_float] * 5, i32]
     f.restype = None
     f = lib.edgerun_prelu_i8
-    f.argtypes = [p, p, i64, i64, p, i32, i32, p, p, p, p]
+    f.argtypes = [p, p, i64, i64, p, i32, i32, p]
     f.restype = None
     f = lib.edgerun_depthwise_i8
-    f.argtypes = [p, *[i64] * 5, p, *[i64] * 11, i32, i64, p, p, p, p, p, p, p, i32, i32, p, p]
+    f.argtypes = [p, *[i64] * 5, p, *[i64] * 11, i32, i64, p, p, p, p, i32, i32, i32, p, p]
     f.restype = None
     return lib
 

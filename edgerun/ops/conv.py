@@ -339,8 +339,7 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     nargs = native(bias, c, m) if native is not None and n >= requant.NATIVE_MIN and requant.NATIVE else None
     if nargs is not None and out.dtype == np.int8 and out.flags.c_contiguous and out.size == n:
         # edgerun.native's one loop over the accumulators, its arguments made once
-        fn, w, _, ptrs = nargs
-        lo, hi = requant.qmin, requant.qmax
+        fn, w, _, tail = nargs
 
         def make_native(acc, *_):
             if acc.dtype != np.float32 or not acc.flags.c_contiguous or acc.size != n:
@@ -354,7 +353,7 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
             head = (acc.ctypes.data, out.ctypes.data, n // w, w)
 
             def call_native():
-                fn(*head, *ptrs, lo, hi)
+                fn(*head, *tail)
             return call_native
         return [], make_native
     ws = current_workspace()
@@ -1395,7 +1394,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                     acc = np.empty(ow * oc, np.int32)
                     head = (n, h, w, c, self.dm, ft.ctypes.data, reps, kh, kw, sh, sw, dh, dw, pads.pt, pads.pl,
                             oh, ow, x_zp, args[1])
-                    tail = (*args[3], self.requant.qmin, self.requant.qmax)
+                    tail = args[3]
                     self._native_keep = (ft, acc, args)  # the addresses above stay valid
                     shape = (n, h, w, c)
 

@@ -440,7 +440,6 @@ class Int8AddSub(_Int8Binary):
         if not (0 <= m < (1 << 31) and -31 <= shift <= 30
                 and int(np.abs(t1).max()) + int(np.abs(t2).max()) < (1 << 31)):
             return None
-        right = max(-shift, 0)
         t1, t2 = t1.astype(np.int32), t2.astype(np.int32)
         bits = np.arange(256, dtype=np.uint8)
         want = np.clip(self._compute(values[:, None], values[None, :]), self.lo, self.hi)
@@ -461,8 +460,7 @@ class Int8AddSub(_Int8Binary):
                 fn_line(a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size, *tail_line)
             forms.append(run_line)
         fn = lib.edgerun_add_i8
-        tail = (t1.ctypes.data, t2.ctypes.data, max(shift, 0), m, (1 << 30) + (((1 << right) >> 1) << 31),
-                (right > 0) << 31, 31 + right, self.zo, self.lo, self.hi)
+        tail = (t1.ctypes.data, t2.ctypes.data, max(shift, 0), m, max(-shift, 0), self.zo, self.lo, self.hi)
 
         def run(a, b, out):
             fn(a.ctypes.data, b.ctypes.data, out.ctypes.data, out.size, *tail)

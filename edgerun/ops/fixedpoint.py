@@ -390,11 +390,11 @@ def _requant_bounded_class():
         NATIVE_MIN = 64
 
         def native_args(self, bias, c: int, rows: int, bound: float | None = None):
-            """(function, width, constants, their addresses) of the native requantization of
-            ``rows`` x ``c`` accumulators (+ ``bias``), constants tiled to rows of ``width``
-            values; or None where it does not apply (no library, unbounded or float64
-            accumulators, a multiplier outside int32, an unfolded zero point). ``bound`` (default
-            ``acc_bound``): a bound on ``|acc|`` of the caller's accumulators."""
+            """(function, width, constants, the call's constant arguments) of the native
+            requantization of ``rows`` x ``c`` accumulators (+ ``bias``), constants tiled to rows
+            of ``width`` values; or None where it does not apply (no library, unbounded
+            accumulators, a multiplier outside int32). ``bound`` (default ``acc_bound``): a bound
+            on ``|acc|`` of the caller's accumulators (float32 ones are exact below 2^24)."""
             bound = self.acc_bound if bound is None else bound
             if not self.NATIVE or not c or rows <= 0:
                 return None
@@ -408,24 +408,20 @@ def _requant_bounded_class():
 
             lib = native.library()
             if (lib is not None and self.dtype is np.int8 and self.m.ndim <= 1 and self.m.size in (1, c)
-                    and self.fold_zp and bound is not None
+                    and bound is not None and bound < FLOAT32_EXACT
                     and (bias is None or (isinstance(bias, np.ndarray) and bias.shape == (c,)))):
                 b = np.zeros(c, np.int64) if bias is None else np.asarray(bias, np.int64)
-                bound = float(bound) + float(np.abs(b).max(initial=0))
                 m = np.broadcast_to(self.m, (c,)).astype(np.int64)
                 left = np.broadcast_to(self.left if self.left is not None else 0, (c,)).astype(np.int64)
-                if (bound < FLOAT32_EXACT and bound * float(1 << int(left.max(initial=0))) < 2.0 ** 27
-                        and int(m.min(initial=0)) >= 0 and int(m.max(initial=0)) < (1 << 31)):
-                    total = np.broadcast_to(np.asarray(self.total, np.int64), (c,))
-                    add = np.broadcast_to(np.asarray(self.add_zp_30, np.int64), (c,)) + (np.int64(1) << 62)
-                    neg = np.broadcast_to(np.asarray(self.neg, np.int64), (c,))
-
-                    def t(v, dt):
-                        return np.ascontiguousarray(np.tile(np.asarray(v, dt), reps))
-                    consts = (t(b, np.int32), t(left, np.int32), t(m, np.int32), t(add, np.int64),
-                              t(neg, np.int64), t(total, np.uint64), t((np.int64(1) << 62) >> total, np.int64))
-                    ptrs = tuple(a.ctypes.data for a in consts)
-                    entry = (lib.edgerun_requant_i8, reps * c, consts, ptrs)
+                right = np.broadcast_to(np.asarray(self.total, np.int64) - 31, (c,))
+                if (int(m.min(initial=0)) >= 0 and int(m.max(initial=0)) < (1 << 31) and int(left.max()) <= 30
+                        and 0 <= int(right.min()) and int(right.max()) <= 31
+                        and int(b.min(initial=0)) >= -(1 << 31) and int(b.max(initial=0)) < (1 << 31)):
+                    def t(v):
+                        return np.ascontiguousarray(np.tile(np.asarray(v, np.int32), reps))
+                    consts = (t(b), t(left), t(m), t(right))
+                    args = (*(a.ctypes.data for a in consts), self.zero_point, self.qmin, self.qmax)
+                    entry = (lib.edgerun_requant_i8, reps * c, consts, args)
             if len(self._native) > 16:
                 self._native.clear()
             self._native[key] = (bias, entry)
@@ -441,10 +437,10 @@ def _requant_bounded_class():
             args = self.native_args(bias, c, rows)
             if args is None:
                 return None
-            fn, w, _, ptrs = args
+            fn, w, _, tail = args
             if out is None or out.shape != acc.shape or out.dtype != np.int8 or not out.flags.c_contiguous:
                 out = np.empty(acc.shape, np.int8)
-            fn(acc.ctypes.data, out.ctypes.data, acc.size // w, w, *ptrs, self.qmin, self.qmax)
+            fn(acc.ctypes.data, out.ctypes.data, acc.size // w, w, *tail)
             return out
 
         def _prepare_fast(self, bias, c: int):

@@ -450,21 +450,17 @@ class Prelu(TableEval, Kernel):
         lib = native.library()
         if lib is None:
             return None
-        parts = []
+        q = []
         for m, sh in ((self.m1, self.s1), (self.m2, self.s2)):
             m, sh = int(m), int(sh)
-            left, right = max(sh, 0), max(-sh, 0)
-            if not (0 <= m < (1 << 31) and left <= 7 and right <= 31):
+            if not (0 <= m < (1 << 31) and -31 <= sh <= 30):
                 return None
-            total = 31 + right
-            parts.append((np.array([left, m], np.int32),
-                          np.array([(1 << 30) + (((1 << right) >> 1) << 31) + (1 << 62), (right > 0) << 31, total,
-                                    (1 << 62) >> total], np.int64)))
+            q += [max(sh, 0), m, max(-sh, 0)]
+        q = np.array(q, np.int32)
         alpha = np.ascontiguousarray(np.broadcast_to(a.reshape(-1), (c,)).astype(np.int32) - self.zp_alpha)
         fn = lib.edgerun_prelu_i8
-        tail = (alpha.ctypes.data, self.zp_in, self.zp_out, parts[0][0].ctypes.data, parts[0][1].ctypes.data,
-                parts[1][0].ctypes.data, parts[1][1].ctypes.data)
-        self._native_keep = (alpha, parts)
+        tail = (alpha.ctypes.data, self.zp_in, self.zp_out, q.ctypes.data)
+        self._native_keep = (alpha, q)
 
         def run(x, out):  # C-contiguous int8 arrays of the input's size (the last axis c)
             fn(x.ctypes.data, out.ctypes.data, x.size // c, c, *tail)

@@ -92,6 +92,25 @@ def test_native_requant_random_layers(lib):
     assert r.native_args(None, 1, 100) is None
 
 
+def test_native_requant_wraps_saturated_biases(lib):
+    """Biases near the int32 limits (dead channels of real models carry 2^30): ``acc + bias``
+    wraps in int32 as in the reference kernels, and the numpy passes agree."""
+    from edgerun.ops.fixedpoint import wrap32
+
+    rng = np.random.default_rng(11)
+    c, bound = 12, 40000.0
+    m, shift = quantize_multipliers(rng.uniform(1e-9, 1e-3, c))
+    bias = np.array([(1 << 31) - 1, -(1 << 31), 1 << 30, -(1 << 30)] * 3, np.int64)
+    x = rng.integers(-int(bound), int(bound) + 1, (500, c))
+    x[:3] = [[bound], [-bound], [0]]
+    want = _reference(wrap32(x + bias), m, shift, 5, -128, 127)
+    r = bounded_requantizer(m, shift, 5, -128, 127, acc_bound=bound)
+    assert r.native_args(bias, c, 500) is not None
+    assert np.array_equal(r(x.astype(np.float32), bias), want)
+    r.NATIVE = False
+    assert np.array_equal(r(x.astype(np.float32), bias), want)
+
+
 def _spy_native(monkeypatch):
     calls = []
     orig = BR.native_args
