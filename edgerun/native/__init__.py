@@ -16,14 +16,13 @@ compiler that is missing or fails leaves edgerun on its numpy kernels (``status(
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 _SOURCE = Path(__file__).with_name("kernels.c")
@@ -50,8 +49,11 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
     """(path of the built library, or None; what happened)."""
     why = ""
     for flags in FLAG_SETS:
-        key = hashlib.sha256(b"\0".join([src, " ".join(flags).encode(), cc.encode(),
-                                         platform.machine().encode(), sys.platform.encode()])).hexdigest()[:20]
+        # zlib's checksums, not hashlib: importing hashlib loads OpenSSL (about 3.6 MB resident,
+        # which every process running a model would carry); a key only has to tell versions apart
+        blob = b"\0".join([src, " ".join(flags).encode(), cc.encode(), platform.machine().encode(),
+                           sys.platform.encode()])
+        key = f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
         folder = _cache_dir()
         lib = folder / f"kernels-{key}.so"
         if lib.is_file():
@@ -65,6 +67,8 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
             why = f"cache {exc.strerror}: built in {folder}"
             if lib.is_file():
                 return lib, why
+        import subprocess  # only to build (about 0.6 MB resident)
+
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
         os.close(fd)
         cmd = [cc, *flags, "-std=c99", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)]

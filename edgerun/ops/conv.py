@@ -31,6 +31,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from edgerun import native
 from edgerun.ops.common import (
     BoundOutput,
     Requantizer,
@@ -1383,8 +1384,6 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                 n, oh, ow, oc = self.out_shape
                 args = self.requant.native_args(bias, oc, ow, bound=float(bound))
                 if args is not None:
-                    from edgerun import native
-
                     fn = native.library().edgerun_depthwise_i8
                     kh, kw, sh, sw, dh, dw, _, _ = self.geom
                     (_, h, w, c), pads = self.ctx.input_shape(0), self.pad

@@ -43,6 +43,7 @@ import math
 
 import numpy as np
 
+from edgerun import native
 from edgerun.errors import InputMismatchError, ModelFormatError
 from edgerun.ops.common import (
     QRANGE,
@@ -428,8 +429,6 @@ class Int8AddSub(_Int8Binary):
         if (not self.NATIVE or ctx.const(0) is not None or ctx.const(1) is not None
                 or not tuple(ctx.input_shape(0)) == tuple(ctx.input_shape(1)) == self.out_shape):
             return None
-        from edgerun import native
-
         lib = native.library()
         if lib is None:
             return None

@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from edgerun import native
+
 try:
     from numpy._core.umath import clip as _clip_ufunc
 except ImportError:  # pragma: no cover - numpy 1.x
@@ -404,8 +406,6 @@ def _requant_bounded_class():
             if hit is not None and hit[0] is bias:
                 return hit[1]
             entry = None
-            from edgerun import native
-
             lib = native.library()
             if (lib is not None and self.dtype is np.int8 and self.m.ndim <= 1 and self.m.size in (1, c)
                     and bound is not None and bound < FLOAT32_EXACT

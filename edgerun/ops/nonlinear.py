@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from edgerun import native
 from edgerun._util import round_half_away
 from edgerun.ops.common import (
     INT8_BY_BITS,
@@ -445,8 +446,6 @@ class Prelu(TableEval, Kernel):
         if (not self.NATIVE or not c or a.size not in (1, c) or (a.size == c and a.shape[-1:] != (c,))
                 or math.prod(shape) == 0):
             return None
-        from edgerun import native
-
         lib = native.library()
         if lib is None:
             return None
