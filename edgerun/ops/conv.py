@@ -1390,15 +1390,17 @@ class DepthwiseConv2D(BoundOutput, Kernel):
                     # each tap's weights repeated for up to NATIVE_RUN values of adjacent pixels
                     reps = max(1, min(ow, self.NATIVE_RUN // oc))
                     ft = np.ascontiguousarray(np.tile(w8[:, None, :], (1, reps, 1)).reshape(kh * kw, reps * oc))
-                    acc = np.empty(ow * oc, np.int32)
                     head = (n, h, w, c, self.dm, ft.ctypes.data, reps, kh, kw, sh, sw, dh, dw, pads.pt, pads.pl,
                             oh, ow, x_zp, args[1])
                     tail = args[3]
-                    self._native_keep = (ft, acc, args)  # the addresses above stay valid
-                    shape = (n, h, w, c)
+                    self._native_keep = (ft, args)  # the addresses above stay valid
+                    shape, row = (n, h, w, c), (ow * oc,)
 
                     def run(x, out):  # callers pass C-contiguous int8 arrays of these shapes
                         assert x.shape == shape and out.size == n * oh * ow * oc
+                        # one output row's int32 sums: the eval layers' accumulator scratch (a
+                        # buffer per layer had been about 0.5 MB on iris landmark int8)
+                        acc = scratch("dw.acc", row, np.int32)
                         fn(x.ctypes.data, *head, *tail, out.ctypes.data, acc.ctypes.data)
                     self._native = (run,)
         return self._native[0]

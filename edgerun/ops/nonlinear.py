@@ -464,11 +464,13 @@ class Prelu(TableEval, Kernel):
         def run(x, out):  # C-contiguous int8 arrays of the input's size (the last axis c)
             fn(x.ctypes.data, out.ctypes.data, x.size // c, c, *tail)
 
-        x = np.repeat(INT8_BY_BITS, c).reshape(256, c)
-        got = np.empty_like(x)
-        run(x, got)
-        if not np.array_equal(got, self.exact(x, alpha[None, :] + self.zp_alpha)):
-            return None
+        # every input value in every channel, 16 values at a time (small transient arrays)
+        got = np.empty((16, c), np.int8)
+        for v0 in range(0, 256, 16):
+            x = np.repeat(INT8_BY_BITS[v0:v0 + 16], c).reshape(16, c)
+            run(x, got)
+            if not np.array_equal(got, self.exact(x, alpha[None, :] + self.zp_alpha)):
+                return None
         return run
 
     #: inputs of at most this many values take the compact table (see ``_compact``) when it
