@@ -276,7 +276,7 @@ deploy_check() {
 
 run_tests() {
   SUBSET_DEFAULT="tests/schema/test_schema.py tests/runtime/test_interpreter_api.py tests/runtime/test_interpreter_fuzz.py tests/ops/test_ops_*.py
-    tests/ops/test_activations.py tests/ops/test_fixedpoint.py tests/runtime/test_planner.py tests/runtime/test_partition_graph.py
+    tests/ops/test_activations.py tests/ops/test_fixedpoint.py tests/ops/test_native.py tests/runtime/test_planner.py tests/runtime/test_partition_graph.py
     tests/delegates/test_delegate_xnnpack.py tests/delegates/test_delegate_framework.py tests/bundle/test_bundle_format.py tests/bundle/test_bundle_load.py"
   subset=$(printf '%s' "${SUBSET:-$SUBSET_DEFAULT}" | tr '\n' ' ')
   # where LiteRT on ARM (any version) or tflite-runtime 2.14 (armhf's only LiteRT) differs from LiteRT 2.3 on

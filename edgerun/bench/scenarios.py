@@ -33,7 +33,7 @@ from edgerun.errors import UsageError
 SCENARIOS = ("single-stream", "offline")
 
 KERNEL_PATHS = {
-    "edgerun": "edgerun numpy kernels (bit-exact with LiteRT's reference kernels)",
+    "edgerun": "edgerun kernels (numpy, and edgerun.native's C loops where built; bit-exact with LiteRT's reference kernels)",
     "litert": "LiteRT built-in optimized kernels (XNNPACK off)",
     "litert-xnnpack": "LiteRT with the XNNPACK delegate",
 }
@@ -66,9 +66,13 @@ class Runner:
         if engine == "edgerun":
             from edgerun.runtime.interpreter import Interpreter
 
+            from edgerun import native
+
             it = Interpreter(model_content=model, num_threads=num_threads, delegates=delegates or None)
             self.kernel_path = KERNEL_PATHS[engine] + (f", delegates {','.join(delegates)}"
                                                        if delegates else "")
+            # whether the C loops ran (edgerun.native): the figures differ by 1.5-2x without them
+            self.kernel_path += "; " + native.status()
         else:
             from edgerun.litert import make_interpreter
 

@@ -38,11 +38,26 @@ def enabled() -> bool:
     return os.environ.get("EDGERUN_NATIVE", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
-def _cache_dir() -> Path:
+def _folders() -> list[Path]:
+    """Where the library may live: ``$EDGERUN_NATIVE_DIR`` or the user's cache, then a per-user
+    folder in the temporary directory (a read-only home)."""
     root = os.environ.get("EDGERUN_NATIVE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgerun" / "native"
+    first = Path(root) if root else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgerun" / "native"
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return [first, Path(tempfile.gettempdir()) / f"edgerun-native-{uid}"]
+
+
+def _cpu() -> bytes:
+    """The CPU's feature line: a library built with -march=native must not be loaded on another
+    CPU that shares the cache (a home folder on NFS)."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f:
+                if line.startswith((b"flags", b"Features")):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor().encode()
 
 
 def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
@@ -52,25 +67,25 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
         # zlib's checksums, not hashlib: importing hashlib loads OpenSSL (about 3.6 MB resident,
         # which every process running a model would carry); a key only has to tell versions apart
         blob = b"\0".join([src, " ".join(flags).encode(), cc.encode(), platform.machine().encode(),
-                           sys.platform.encode()])
-        key = f"{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}"
-        folder = _cache_dir()
-        lib = folder / f"kernels-{key}.so"
-        if lib.is_file():
-            return lib, f"cached {lib}"
-        try:
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            folder = Path(tempfile.gettempdir()) / f"edgerun-native-{os.getuid() if hasattr(os, 'getuid') else 0}"
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            lib = folder / f"kernels-{key}.so"
-            why = f"cache {exc.strerror}: built in {folder}"
-            if lib.is_file():
-                return lib, why
+                           sys.platform.encode(), _cpu()])
+        name = f"kernels-{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}.so"
+        for folder in _folders():
+            if (folder / name).is_file():
+                return folder / name, f"cached {folder / name}"
+        full = []
+        for folder in _folders():  # the first folder that takes a new file
+            try:
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+            except OSError as exc:
+                full.append(f"{folder}: {exc.strerror}")
+                continue
+            os.close(fd)
+            break
+        else:
+            return None, "no writable folder for the library (" + "; ".join(full) + ")"
         import subprocess  # only to build (about 0.6 MB resident)
 
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-        os.close(fd)
         cmd = [cc, *flags, "-std=c99", "-shared", "-fPIC", "-o", tmp, str(_SOURCE)]
         try:
             res = subprocess.run(cmd, capture_output=True, timeout=300)
@@ -78,8 +93,8 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
             os.unlink(tmp)
             return None, f"{cc} did not run: {exc}"
         if res.returncode == 0:
-            os.replace(tmp, lib)  # atomic: concurrent builders leave one whole file
-            return lib, f"built {lib} ({' '.join(flags)})"
+            os.replace(tmp, folder / name)  # atomic: concurrent builders leave one whole file
+            return folder / name, f"built {folder / name} ({' '.join(flags)})"
         os.unlink(tmp)
         why = f"{cc} {' '.join(flags)} failed: {res.stderr.decode(errors='replace').strip()[-300:]}"
     return None, why
@@ -119,12 +134,20 @@ def library() -> ctypes.CDLL | None:
             if cc is None:
                 why = "no C compiler (cc, gcc, clang) on PATH"
             else:
-                path, why = _compile(cc, _SOURCE.read_bytes())
-                if path is not None:
+                for attempt in range(2):
+                    path, why = _compile(cc, _SOURCE.read_bytes())
+                    if path is None:
+                        break
                     try:
                         lib = _bind(ctypes.CDLL(str(path)))
-                    except (OSError, AttributeError) as exc:
+                        break
+                    except (OSError, AttributeError) as exc:  # a damaged cached file: built once more
                         lib, why = None, f"cannot load {path}: {exc}"
+                        if attempt == 0:
+                            try:
+                                path.unlink()
+                            except OSError:
+                                break
         _STATE["lib"], _STATE["why"] = lib, why
         return lib
 

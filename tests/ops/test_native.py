@@ -237,7 +237,8 @@ def test_native_prelu_every_value(lib, monkeypatch, alpha_shape, qi, qa, qo, bou
 
 
 def _status_in_child(env_extra: dict, tmp_path) -> str:
-    env = dict(os.environ, EDGERUN_NATIVE_DIR=str(tmp_path / "native"), **env_extra)
+    env = dict(os.environ, EDGERUN_NATIVE_DIR=str(tmp_path / "native"))
+    env.update(env_extra)
     code = "from edgerun import native; print(native.status())"
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -262,6 +263,22 @@ def test_native_build_cache_and_fallbacks(tmp_path):
     assert failed.startswith("native kernels: off (") and "something broke" in failed
 
 
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler on PATH")
+def test_native_damaged_cache_and_unwritable_folder(tmp_path):
+    """A cached library that does not load (a damaged file) is built again; a cache folder that
+    cannot be created falls back to a per-user folder in the temporary directory."""
+    first = _status_in_child({}, tmp_path)
+    built = next((tmp_path / "native").glob("kernels-*.so"))
+    built.write_bytes(b"\x7fELF not really")
+    again = _status_in_child({}, tmp_path)
+    assert again.startswith("native kernels: on (built "), (first, again)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {"EDGERUN_NATIVE_DIR": str(blocker / "native")}
+    moved = _status_in_child(env, tmp_path)
+    assert moved.startswith("native kernels: on (") and "edgerun-native-" in moved, moved
+
+
 def test_numpy_fallback_matches_native_on_a_layer(lib, monkeypatch):
     """The same layer with the library forgotten and disabled: identical bytes."""
     shape, oc = (1, 30, 30, 16), 40
@@ -274,3 +291,13 @@ def test_numpy_fallback_matches_native_on_a_layer(lib, monkeypatch):
     spec.run_int8(act=0, seed=1)
     assert not any(calls)
     native.reset()
+
+
+def test_bench_names_whether_the_native_loops_ran(lib):
+    """``edgerun bench`` figures name the kernel path: with or without edgerun.native's loops
+    (their speed differs by 1.5-2x)."""
+    from edgerun.bench.scenarios import Runner
+    from edgerun.testing import mobilenet_v1
+
+    r = Runner("edgerun", mobilenet_v1(0.25, 32), num_threads=1, delegates=None, batch=1, seed=0)
+    assert "native kernels: on (" in r.kernel_path
