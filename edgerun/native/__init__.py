@@ -69,11 +69,10 @@ def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
         blob = b"\0".join([src, " ".join(flags).encode(), cc.encode(), platform.machine().encode(),
                            sys.platform.encode(), _cpu()])
         name = f"kernels-{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}.so"
-        for folder in _folders():
+        full = []
+        for folder in _folders():  # the first folder that holds the library or takes a new file
             if (folder / name).is_file():
                 return folder / name, f"cached {folder / name}"
-        full = []
-        for folder in _folders():  # the first folder that takes a new file
             try:
                 folder.mkdir(parents=True, exist_ok=True, mode=0o700)
                 fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
