@@ -138,31 +138,29 @@ void edgerun_add_i8(const uint8_t *a, const uint8_t *b, uint8_t *out, int64_t n,
  * ``floor(clamp((a * fa + b * fb) + fc, lo, hi))``, the float32 operations in that order (built
  * with -ffp-contract=off: no fused multiply-add), cast to the byte, XORed with ``flip`` (0x80
  * for int8, whose plane runs on values plus 128). ``is_int8`` says how to read the bytes. */
+static inline uint8_t plane_one(float a, float b, float fa, float fb, float fc, float lo, float hi,
+                                int32_t flip)
+{
+    float y = a * fa;
+    float t = b * fb;
+    y = y + t;
+    y = y + fc;
+    y = y < lo ? lo : y;
+    y = y > hi ? hi : y;
+    return (uint8_t)((int32_t)y ^ flip);
+}
+
 void edgerun_add_line_i8(const uint8_t *a, const uint8_t *b, uint8_t *out,
                          int64_t n, int32_t is_int8, float fa, float fb, float fc, float lo, float hi,
                          int32_t flip)
 {
     if (is_int8) {
         const int8_t *sa = (const int8_t *)a, *sb = (const int8_t *)b;
-        for (int64_t i = 0; i < n; i++) {
-            float y = (float)sa[i] * fa;
-            float t = (float)sb[i] * fb;
-            y = y + t;
-            y = y + fc;
-            y = y < lo ? lo : y;
-            y = y > hi ? hi : y;
-            out[i] = (uint8_t)((int32_t)y ^ flip);
-        }
+        for (int64_t i = 0; i < n; i++)
+            out[i] = plane_one((float)sa[i], (float)sb[i], fa, fb, fc, lo, hi, flip);
     } else {
-        for (int64_t i = 0; i < n; i++) {
-            float y = (float)a[i] * fa;
-            float t = (float)b[i] * fb;
-            y = y + t;
-            y = y + fc;
-            y = y < lo ? lo : y;
-            y = y > hi ? hi : y;
-            out[i] = (uint8_t)((int32_t)y ^ flip);
-        }
+        for (int64_t i = 0; i < n; i++)
+            out[i] = plane_one((float)a[i], (float)b[i], fa, fb, fc, lo, hi, flip);
     }
 }
 

@@ -336,6 +336,15 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
     recomputation of the values next to a step runs on almost every call of these small layers."""
     n = m * c
     copyto = np.copyto
+
+    def make(acc, *_):
+        o2 = out.reshape(acc.shape)
+
+        def call_base():
+            res = requant(acc, bias, out=o2)
+            if res is not o2:
+                copyto(o2, res)
+        return call_base
     native = getattr(requant, "native_args", None)
     nargs = native(bias, c, m) if native is not None and n >= requant.NATIVE_MIN and requant.NATIVE else None
     if nargs is not None and out.dtype == np.int8 and out.flags.c_contiguous and out.size == n:
@@ -344,13 +353,7 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
 
         def make_native(acc, *_):
             if acc.dtype != np.float32 or not acc.flags.c_contiguous or acc.size != n:
-                o2 = out.reshape(acc.shape)
-
-                def call_own():
-                    res = requant(acc, bias, out=o2)
-                    if res is not o2:
-                        copyto(o2, res)
-                return call_own
+                return make(acc)
             head = (acc.ctypes.data, out.ctypes.data, n // w, w)
 
             def call_native():
@@ -390,15 +393,6 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
                 return call
             return make(acc)
         return [("rq.f64", (n,), np.float64), ("rq.sign", (n,), np.int64)], make_f64
-
-    def make(acc, *_):
-        o2 = out.reshape(acc.shape)
-
-        def call_base():
-            res = requant(acc, bias, out=o2)
-            if res is not o2:
-                copyto(o2, res)
-        return call_base
     return [], make
 
 

@@ -32,3 +32,17 @@ def first_kernel(model):
     it = Interpreter(model_content=model)
     it.allocate_tensors()
     return it.steps()[0].kernel
+
+
+def every_pair_against_litert(op, dtype, q1, q2, qo, act, layout):
+    """The op on every 8-bit input pair (``all_pairs``' layout) against LiteRT's reference
+    kernels; returns the first node's kernel (to ask which form ran). The outputs must span at
+    least 20 values (the range was crossed)."""
+    from edgerun.testing import compare_with_litert
+
+    a, b = all_pairs(dtype, layout)
+    model = binary_model(op, dtype, a.shape, b.shape, q1, q2, qo, act)
+    kernel = first_kernel(model)
+    got = compare_with_litert(model, [a, b])[0]
+    assert len(np.unique(got)) >= 20
+    return kernel
