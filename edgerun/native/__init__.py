@@ -61,18 +61,23 @@ def _cpu() -> bytes:
 
 
 def _compile(cc: str, src: bytes) -> tuple[Path | None, str]:
-    """(path of the built library, or None; what happened)."""
-    why = ""
+    """(path of the built library, or None; what happened). A library cached for any flag set is
+    taken before anything is compiled: where the compiler rejects the first set, a process would
+    otherwise run that failing compile again on every start."""
+    named = []
     for flags in FLAG_SETS:
         # zlib's checksums, not hashlib: importing hashlib loads OpenSSL (about 3.6 MB resident,
         # which every process running a model would carry); a key only has to tell versions apart
         blob = b"\0".join([src, " ".join(flags).encode(), cc.encode(), platform.machine().encode(),
                            sys.platform.encode(), _cpu()])
-        name = f"kernels-{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}.so"
+        named.append((flags, f"kernels-{zlib.crc32(blob):08x}{zlib.adler32(blob):08x}{len(blob):x}.so"))
+    why = ""
+    for flags, name in named:
         full = []
         for folder in _folders():  # the first folder that holds the library or takes a new file
-            if (folder / name).is_file():
-                return folder / name, f"cached {folder / name}"
+            hit = next((folder / n for _, n in named if (folder / n).is_file()), None)
+            if hit is not None:
+                return hit, f"cached {hit}"
             try:
                 folder.mkdir(parents=True, exist_ok=True, mode=0o700)
                 fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)

@@ -345,8 +345,8 @@ def _requant_binding(requant, bias, out: np.ndarray, m: int, c: int):
             if res is not o2:
                 copyto(o2, res)
         return call_base
-    native = getattr(requant, "native_args", None)
-    nargs = native(bias, c, m) if native is not None and n >= requant.NATIVE_MIN and requant.NATIVE else None
+    native_args = getattr(requant, "native_args", None)
+    nargs = native_args(bias, c, m) if native_args is not None and n >= requant.NATIVE_MIN else None
     if nargs is not None and out.dtype == np.int8 and out.flags.c_contiguous and out.size == n:
         # edgerun.native's one loop over the accumulators, its arguments made once
         fn, w, _, tail = nargs
@@ -1029,11 +1029,12 @@ class DepthwiseConv2D(BoundOutput, Kernel):
             dtype = np.float32 if taps <= exact_chunk(128, maxw) else np.float64
             # the padded input stays int8 (a quarter of the memory); the products widen it
             self.pad = _PaddedInput((n, h, w, oc), pads, np.int8, x_zp)
-            self.bias = _bias(ctx, 2, oc, np.int64) - x_zp * wint.sum(axis=0)
+            bias = _bias(ctx, 2, oc, np.int64)
+            self.bias = bias - x_zp * wint.sum(axis=0)
             # edgerun.native's loop sums (x - zp) * w over the taps inside the input, as the
             # reference does, on the model's own bias
             self._native_src = (np.ascontiguousarray(np.asarray(wdata, np.int8).reshape(taps, oc)),
-                                _bias(ctx, 2, oc, np.int64), int(x_zp), taps * 255 * maxw)
+                                bias, int(x_zp), taps * 255 * maxw)
             self.requant = _conv_quant(ctx, ctx.input(0), oc)
             # taps of raw int8 inputs (|x| <= 128), summed exactly in float32 or float64
             self.requant.acc_bound = float(taps * 128 * maxw)
@@ -1075,7 +1076,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         if self.einsum and n * oh * ow * taps * oc <= 4096:
             m = n * oh * ow
             self.small = ((n, oh, ow, kh, kw, oc), (m, oc), self.wf.reshape(taps, oc), (m, taps, oc))
-        if self.quantized:
+        if self.quantized and self.native_call() is None:  # (the native loop needs no fit)
             _warm(self.requant, self.bias, oc, n * oh * ow * oc)
         return [self.out_shape]
 
@@ -1266,7 +1267,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
         eval's column blocks): window copy, one einsum, requantization into the output view. With a
         threshold table the columns are float64 with one more tap of ones whose weights are the
         table's channel offsets (exact integers, as in ``_bind_gemm``)."""
-        run = self.native_call() if self.quantized and self.NATIVE else None
+        run = self.native_call()
         if run is not None:
             x, out = ins[0], outs[0]
             if (x.dtype == np.int8 and x.flags.c_contiguous and x.shape == self.ctx.input_shape(0)
@@ -1401,7 +1402,7 @@ class DepthwiseConv2D(BoundOutput, Kernel):
 
     def eval(self, inputs):
         x = inputs[0]
-        run = self.native_call() if self.quantized and self.NATIVE else None
+        run = self.native_call()
         if run is not None and x.dtype == np.int8 and x.flags.c_contiguous and x.shape == self.ctx.input_shape(0):
             out = self._out
             if out is None or out.shape != self.out_shape or not out.flags.c_contiguous:

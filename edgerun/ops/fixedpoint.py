@@ -1092,7 +1092,11 @@ def _requant_bounded_class():
             """Make the fitted passes' constants (``_fit``) now, for a layer of ``values``
             accumulators in ``c`` channels, where its calls will take them: at prepare the process
             is below its later peak, while on the first invoke the fit's transient work arrays
-            (about 0.3 MB a layer) sit on top of the arena and the scratch pool."""
+            (about 0.3 MB a layer) sit on top of the arena and the scratch pool. Not where the
+            native loop takes the layer (``native_args``): the fit would go unused (a call that
+            still needs it makes it then)."""
+            if self.native_args(bias, c, max(1, values // c) if c else 0) is not None:
+                return
             if (self.FIT and values >= self.FIT_MIN and c and self.dtype is np.int8 and self.m.ndim <= 1
                     and self.m.size in (1, c) and isinstance(bias, np.ndarray) and bias.shape == (c,)
                     and (self.qmin >= self.zero_point or (self.TWO_LINES and self.zero_point < self.qmax))):

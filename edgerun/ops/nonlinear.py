@@ -423,16 +423,18 @@ class Prelu(TableEval, Kernel):
             a = ctx.const(1)
             if a is not None:
                 a = np.asarray(a, np.int8)
+                # edgerun.native's loop where it applies: then no lookup tables (the plan still
+                # composes a single alpha's 256-entry table with neighbouring table ops)
+                self.native = self._prepare_native(a, tuple(shape))
                 if a.size and (a == a.flat[0]).all():  # one alpha value: a 256-entry table
-                    self.lut = self.unary_table = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
-                else:  # one 256-entry row per distinct alpha value
+                    self.unary_table = int8_table(self.exact(INT8_BY_BITS, a.flat[0]))
+                    if self.native is None:
+                        self.lut = self.unary_table
+                elif self.native is None:  # one 256-entry row per distinct alpha value
                     values, rows = np.unique(a, return_inverse=True)
                     self.lut = int8_table(self.exact(INT8_BY_BITS[None, :], values[:, None])).reshape(-1)
                     self.row_offsets = rows.reshape(a.shape).astype(np.uint16) << 8
                     self._compact(rows.reshape(a.shape), int(np.prod(shape)))
-                self.native = self._prepare_native(a, tuple(shape))
-                if self.native is not None:  # the tables are not needed
-                    self.lut = self.row_offsets = self.compact = None
         return [tuple(shape)]
 
     #: a constant alpha per channel (the last axis) runs edgerun.native's loop where there is one

@@ -273,6 +273,25 @@ def test_native_damaged_cache_and_unwritable_folder(tmp_path):
     assert moved.startswith("native kernels: on (") and "edgerun-native-" in moved, moved
 
 
+@pytest.mark.skipif(not HAVE_CC, reason="no C compiler on PATH")
+def test_native_compiler_without_march_native_builds_once(tmp_path):
+    """A compiler that rejects -march=native: the library is built with the next flag set, and a
+    later process loads it from the cache without running the compiler again."""
+    real = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+    log = tmp_path / "calls"
+    cc = tmp_path / "picky-cc"
+    cc.write_text(f'#!/bin/sh\necho "$*" >> {log}\ncase "$*" in *-march=native*) '
+                  f'echo "unknown flag" >&2; exit 1;; esac\nexec {real} "$@"\n')
+    cc.chmod(0o755)
+    first = _status_in_child({"CC": str(cc)}, tmp_path)
+    assert first.startswith("native kernels: on (built ") and "-march=native" not in first, first
+    calls = log.read_text().count("\n")
+    assert calls == 2  # the rejected flag set, then the build
+    again = _status_in_child({"CC": str(cc)}, tmp_path)
+    assert again.startswith("native kernels: on (cached "), again
+    assert log.read_text().count("\n") == calls
+
+
 def test_numpy_fallback_matches_native_on_a_layer(lib, monkeypatch):
     """The same layer with the library forgotten and disabled: identical bytes."""
     shape, oc = (1, 30, 30, 16), 40
